@@ -1,0 +1,84 @@
+//! The simulated Avalanche node (`snowgate devnode`): tests, benchmarks and the demo stand on it,
+//! since no real avalanchego runs on our machines. It must read requests and write answers the way
+//! a real node does (`../shared/reference/avalanchego.md`), so a gateway that works against it works
+//! against a node.
+//!
+//! * [`chain`]: the deterministic P-chain and node state, and every `info.*` / `platform.*` method
+//!   as a plain function over it.
+//! * [`server`]: HTTP on hyper with the node's wire behaviour (routes, 405/415/404/301/503 texts,
+//!   envelope rules, notifications, raw id echo), health endpoints, faults and the control endpoint.
+//!
+//! Several devnodes can share one [`Network`] (one chain, several nodes, as in a real network), so
+//! that immutable answers agree across the nodes behind the gateway.
+
+pub mod chain;
+pub mod server;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use chain::{Chain, ChainConfig, NodeIdentity, View};
+pub use server::{DevNode, Faults};
+
+/// Settings of one simulated node.
+#[derive(Debug, Clone)]
+pub struct DevNodeConfig {
+    /// Address to listen on; `127.0.0.1:0` in tests.
+    pub listen: SocketAddr,
+    /// Network ID (12345 = local, 1 = mainnet, 5 = fuji, others `network-<id>`).
+    pub network_id: u32,
+    /// Time between blocks.
+    pub block_interval: Duration,
+    /// Seed of the deterministic chain state.
+    pub seed: u64,
+    /// Index of this node in its network: picks its node ID, BLS key and IP.
+    pub node_index: u32,
+    /// Faults in force from the start.
+    pub faults: Faults,
+}
+
+impl Default for DevNodeConfig {
+    fn default() -> Self {
+        DevNodeConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            network_id: 12345,
+            block_interval: Duration::from_secs(2),
+            seed: 1,
+            node_index: 0,
+            faults: Faults::default(),
+        }
+    }
+}
+
+/// One chain shared by the devnodes of a simulated network, advanced by a ticker task.
+#[derive(Clone)]
+pub struct Network {
+    chain: Arc<parking_lot::RwLock<Chain>>,
+}
+
+impl Network {
+    /// Builds the chain from `config` and starts producing a block every `config.block_interval`
+    /// (the ticker stops when the last handle to the network is dropped).
+    pub fn start(config: ChainConfig) -> Network {
+        let interval = config.block_interval;
+        let chain = Arc::new(parking_lot::RwLock::new(Chain::new(&config)));
+        let weak = Arc::downgrade(&chain);
+        tokio::spawn(async move {
+            let mut tick =
+                tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(chain) = weak.upgrade() else { break };
+                chain.write().advance(std::time::SystemTime::now());
+            }
+        });
+        Network { chain }
+    }
+
+    /// The shared chain.
+    pub fn chain(&self) -> &Arc<parking_lot::RwLock<Chain>> {
+        &self.chain
+    }
+}

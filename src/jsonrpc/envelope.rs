@@ -1,0 +1,332 @@
+//! The JSON-RPC request envelope, read exactly as avalanchego reads it.
+//!
+//! A node decodes the body with Go's `json.NewDecoder(body).Decode(&serverRequest{...})`
+//! (gorilla/rpc json2): the first JSON value only, keys matched case-insensitively, the last of
+//! duplicate keys wins, a type mismatch recorded (first one only) while decoding goes on, `null`
+//! treated as absent. [`decode`] reproduces that, including the partially decoded fields that a node
+//! echoes in the `data` of a -32700 or -32600 error.
+//!
+//! [`Decoded::ambiguity`] is what the gateway adds on top: it says when a naive reader and a node
+//! could disagree about the request (two keys that fold to the same name), so the gateway can refuse
+//! such an envelope instead of guessing.
+
+use super::gojson::{compact_into, fold_key, scan_value, write_go_string, Json, SyntaxError};
+
+/// The top-level members of a decoded request, as a node sees them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Envelope {
+    /// `jsonrpc` as decoded ("" when absent, null or of the wrong type).
+    pub version: String,
+    /// `method` as decoded ("" when absent, null or of the wrong type).
+    pub method: String,
+    /// `params`; `None` when absent or null.
+    pub params: Option<Json>,
+    /// The raw bytes of `id` exactly as sent (not yet compacted); `None` when absent or null,
+    /// which makes the request a notification.
+    pub id: Option<Vec<u8>>,
+}
+
+/// How a request body decodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decoded {
+    /// The fields decoded so far (complete unless `parse_error` is set).
+    pub envelope: Envelope,
+    /// Go's decoder error, answered as -32700 with this message.
+    pub parse_error: Option<String>,
+    /// Set when the body is something a node could read differently from a plain reader: two
+    /// top-level keys or two keys of one params object that fold to the same name, or a body that
+    /// is not an object.
+    pub ambiguity: Option<String>,
+}
+
+/// What the node does with a decoded request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// -32700 with this message; always answered, even without an id.
+    ParseError(String),
+    /// -32600 `jsonrpc must be 2.0`; answered only when there is an id.
+    InvalidVersion,
+    /// A well-formed call (a notification when `envelope.id` is `None`).
+    Call,
+}
+
+impl Decoded {
+    /// The node's verdict on the envelope (before method lookup).
+    pub fn verdict(&self) -> Verdict {
+        if let Some(msg) = &self.parse_error {
+            return Verdict::ParseError(msg.clone());
+        }
+        if self.envelope.version != "2.0" {
+            return Verdict::InvalidVersion;
+        }
+        Verdict::Call
+    }
+
+    /// The `data` member of a -32700 / -32600 error: the envelope as Go re-encodes it.
+    pub fn error_data(&self) -> String {
+        let env = &self.envelope;
+        let mut out = String::from("{\"jsonrpc\":");
+        write_go_string(&mut out, &env.version);
+        out.push_str(",\"method\":");
+        write_go_string(&mut out, &env.method);
+        out.push_str(",\"params\":");
+        match &env.params {
+            Some(p) => p.encode_into(&mut out),
+            None => out.push_str("null"),
+        }
+        out.push_str(",\"id\":");
+        match &env.id {
+            Some(id) => out.push_str(&String::from_utf8_lossy(&compact(id))),
+            None => out.push_str("null"),
+        }
+        out.push('}');
+        out
+    }
+}
+
+fn compact(raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(raw.len());
+    compact_into(&mut out, raw);
+    out
+}
+
+const TOP_TYPE: &str = "json2.serverRequest";
+
+/// Decodes a request body the way a node does.
+pub fn decode(body: &[u8]) -> Decoded {
+    let mut out = Decoded {
+        envelope: Envelope::default(),
+        parse_error: None,
+        ambiguity: None,
+    };
+    let range = match scan_value(body) {
+        Ok(r) => r,
+        Err(e) => {
+            out.parse_error = Some(syntax_message(&e));
+            return out;
+        }
+    };
+    let raw = &body[range];
+    let tree = match Json::parse(raw) {
+        Ok(t) => t,
+        Err(e) => {
+            out.parse_error = Some(syntax_message(&e));
+            return out;
+        }
+    };
+    let members = match tree {
+        Json::Object(members) => members,
+        Json::Null => return out, // decoding null into a struct is a no-op
+        other => {
+            out.parse_error = Some(format!(
+                "json: cannot unmarshal {} into Go value of type {TOP_TYPE}",
+                other.kind()
+            ));
+            out.ambiguity = Some("the body is not a JSON object".into());
+            return out;
+        }
+    };
+    // Raw bytes of each top-level value, so the id can be echoed verbatim.
+    let raw_values = top_level_raw_values(raw);
+    let mut seen: Vec<String> = Vec::with_capacity(members.len());
+    for (i, (key, value)) in members.into_iter().enumerate() {
+        let folded = fold_key(&key);
+        if seen.contains(&folded) && out.ambiguity.is_none() {
+            out.ambiguity = Some(format!("duplicate member {key:?} in the request object"));
+        }
+        seen.push(folded.clone());
+        match folded.as_str() {
+            "JSONRPC" => set_string(&mut out, &mut |e| &mut e.version, "jsonrpc", value),
+            "METHOD" => set_string(&mut out, &mut |e| &mut e.method, "method", value),
+            "PARAMS" => {
+                if let Some(why) = params_ambiguity(&value) {
+                    out.ambiguity.get_or_insert(why);
+                }
+                out.envelope.params = (!value.is_null()).then_some(value);
+            }
+            "ID" => {
+                out.envelope.id = if value.is_null() {
+                    None
+                } else {
+                    raw_values.get(i).map(|r| r.to_vec())
+                };
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn syntax_message(e: &SyntaxError) -> String {
+    e.to_string()
+}
+
+fn set_string(
+    out: &mut Decoded,
+    field: &mut dyn FnMut(&mut Envelope) -> &mut String,
+    name: &str,
+    value: Json,
+) {
+    match value {
+        Json::String(s) => *field(&mut out.envelope) = s,
+        Json::Null => {}
+        other => {
+            if out.parse_error.is_none() {
+                out.parse_error = Some(format!(
+                    "json: cannot unmarshal {} into Go struct field serverRequest.{name} of type string",
+                    other.kind()
+                ));
+            }
+        }
+    }
+}
+
+/// Finds two keys of one object anywhere inside `params` that a node would take for the same field.
+fn params_ambiguity(value: &Json) -> Option<String> {
+    match value {
+        Json::Object(members) => {
+            let mut seen: Vec<String> = Vec::with_capacity(members.len());
+            for (k, v) in members {
+                let f = fold_key(k);
+                if seen.contains(&f) {
+                    return Some(format!("duplicate member {k:?} in params"));
+                }
+                seen.push(f);
+                if let Some(why) = params_ambiguity(v) {
+                    return Some(why);
+                }
+            }
+            None
+        }
+        Json::Array(items) => items.iter().find_map(params_ambiguity),
+        _ => None,
+    }
+}
+
+/// The raw byte slices of the member values of a top-level object (already validated).
+fn top_level_raw_values(raw: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut value_start: Option<usize> = None;
+    let mut expecting_value = false;
+    let mut i = 0;
+    while i < raw.len() {
+        let c = raw[i];
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if c == b'\\' {
+                escaped = true;
+            } else if c == b'"' {
+                in_string = false;
+            }
+            i += 1;
+            continue;
+        }
+        match c {
+            b'"' => {
+                in_string = true;
+                if expecting_value && depth == 1 {
+                    value_start = Some(i);
+                    expecting_value = false;
+                }
+            }
+            b'{' | b'[' => {
+                if expecting_value && depth == 1 {
+                    value_start = Some(i);
+                    expecting_value = false;
+                }
+                depth += 1;
+            }
+            b'}' | b']' => {
+                if depth == 1 {
+                    if let Some(s) = value_start.take() {
+                        out.push(trim(&raw[s..i]));
+                    }
+                }
+                depth = depth.saturating_sub(1);
+            }
+            b':' if depth == 1 => expecting_value = true,
+            b',' if depth == 1 => {
+                if let Some(s) = value_start.take() {
+                    out.push(trim(&raw[s..i]));
+                }
+            }
+            c if depth == 1 && expecting_value && !c.is_ascii_whitespace() => {
+                value_start = Some(i);
+                expecting_value = false;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+fn trim(s: &[u8]) -> &[u8] {
+    let start = s
+        .iter()
+        .position(|c| !c.is_ascii_whitespace())
+        .unwrap_or(s.len());
+    let end = s
+        .iter()
+        .rposition(|c| !c.is_ascii_whitespace())
+        .map_or(start, |e| e + 1);
+    &s[start..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_fold_and_last_wins() {
+        let d = decode(br#"{"JSONRPC":"2.0","Method":"a.b","method":"c.d","ID":7}"#);
+        assert_eq!(d.envelope.method, "c.d");
+        assert_eq!(d.envelope.id.as_deref(), Some(&b"7"[..]));
+        assert_eq!(d.verdict(), Verdict::Call);
+        assert!(d.ambiguity.is_some());
+    }
+
+    #[test]
+    fn null_id_is_a_notification_and_last_id_wins() {
+        let d = decode(br#"{"jsonrpc":"2.0","method":"a.b","id":1,"id":null}"#);
+        assert_eq!(d.envelope.id, None);
+    }
+
+    #[test]
+    fn id_bytes_are_kept() {
+        let d = decode(br#"{"jsonrpc":"2.0","id": {"a" : [1, "x"]} ,"method":"a.b"}"#);
+        assert_eq!(d.envelope.id.as_deref(), Some(&br#"{"a" : [1, "x"]}"#[..]));
+        let d = decode(br#"{"id":9223372036854775807}"#);
+        assert_eq!(d.envelope.id.as_deref(), Some(&b"9223372036854775807"[..]));
+    }
+
+    #[test]
+    fn type_errors_keep_decoding() {
+        let d = decode(br#"{"jsonrpc":2.0,"method":"platform.getHeight","id":7}"#);
+        assert_eq!(
+            d.parse_error.as_deref(),
+            Some("json: cannot unmarshal number into Go struct field serverRequest.jsonrpc of type string")
+        );
+        assert_eq!(
+            d.error_data(),
+            r#"{"jsonrpc":"","method":"platform.getHeight","params":null,"id":7}"#
+        );
+    }
+
+    #[test]
+    fn non_objects() {
+        let d = decode(b"[{}]");
+        assert_eq!(
+            d.parse_error.as_deref(),
+            Some("json: cannot unmarshal array into Go value of type json2.serverRequest")
+        );
+        let d = decode(b"null");
+        assert_eq!(d.parse_error, None);
+        assert_eq!(d.verdict(), Verdict::InvalidVersion);
+        assert_eq!(d.envelope.id, None);
+    }
+}

@@ -1,0 +1,829 @@
+//! A JSON reader and writer that behaves like Go's `encoding/json`, which is what avalanchego's RPC
+//! layer (gorilla/rpc json2) uses to read requests and write answers.
+//!
+//! Both halves of snowgate need this: the simulated node must read a request the way a node does
+//! and fail with the node's exact error text, and the gateway must produce the same -32700 texts and
+//! must know when a node would read an envelope differently from a naive parser (case-insensitive
+//! keys, last duplicate wins, data after the first value ignored).
+//!
+//! * [`scan_value`] is a port of Go's `scanner.go` state machine: it finds the end of the first JSON
+//!   value and reports the first syntax error with Go's message (`invalid character 'h' looking for
+//!   beginning of value`, `unexpected EOF`, `EOF`).
+//! * [`Json`] is a parsed tree that keeps numbers as their validated source text, so re-encoding a
+//!   value never goes through a float (`9223372036854775807`, `1.50` survive).
+//! * [`write_go_string`] and [`compact_into`] encode the way Go's encoder does (`<`, `>`, `&`,
+//!   U+2028 and U+2029 escaped).
+//! * [`fold_key`] is Go's case folding for struct field names.
+
+use std::fmt::Write as _;
+
+/// Go's maximum nesting depth for the JSON scanner.
+const MAX_DEPTH: usize = 10_000;
+
+/// A syntax failure of the first JSON value in a body, with Go's error text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SyntaxError {
+    /// Nothing but whitespace: Go's `io.EOF`.
+    Eof,
+    /// The input ended inside a value: Go's `io.ErrUnexpectedEOF`.
+    UnexpectedEof,
+    /// An invalid byte; the string is Go's full message.
+    Invalid(String),
+}
+
+impl std::fmt::Display for SyntaxError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SyntaxError::Eof => f.write_str("EOF"),
+            SyntaxError::UnexpectedEof => f.write_str("unexpected EOF"),
+            SyntaxError::Invalid(msg) => f.write_str(msg),
+        }
+    }
+}
+
+fn is_space(c: u8) -> bool {
+    matches!(c, b' ' | b'\t' | b'\r' | b'\n')
+}
+
+/// Go's `quoteChar`: how the scanner names an offending byte.
+fn quote_char(c: u8) -> String {
+    match c {
+        b'\'' => "'\\''".to_string(),
+        b'"' => "'\"'".to_string(),
+        _ => {
+            // Go converts the byte to a rune (Latin-1) and quotes it with strconv.Quote.
+            let q = go_quote(&char::from(c).to_string());
+            format!("'{}'", &q[1..q.len() - 1])
+        }
+    }
+}
+
+fn invalid(c: u8, context: &str) -> SyntaxError {
+    SyntaxError::Invalid(format!("invalid character {} {}", quote_char(c), context))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Parse {
+    ObjectKey,
+    ObjectValue,
+    ArrayValue,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    BeginValue,
+    BeginValueOrEmpty,
+    BeginStringOrEmpty,
+    BeginString,
+    EndValue,
+    InString,
+    InStringEsc,
+    InStringEscU(u8),
+    Neg,
+    Zero,
+    One,
+    Dot,
+    Dot0,
+    E,
+    ESign,
+    E0,
+    Lit(&'static [u8], usize, &'static str),
+}
+
+/// Outcome of one scanner step.
+enum Step {
+    Continue,
+    /// The top-level value ended *before* this byte.
+    EndBefore,
+    /// The top-level value ended *with* this byte (closing bracket or brace).
+    EndWith,
+}
+
+/// Finds the end of the first JSON value in `buf` (after leading whitespace) exactly as Go's
+/// `json.Decoder` does: returns the byte range of the value, or Go's error.
+pub fn scan_value(buf: &[u8]) -> Result<std::ops::Range<usize>, SyntaxError> {
+    let mut stack: Vec<Parse> = Vec::new();
+    let mut state = State::BeginValue;
+    let mut start = None;
+    for (i, &c) in buf.iter().enumerate() {
+        if start.is_none() {
+            if is_space(c) {
+                continue;
+            }
+            start = Some(i);
+        }
+        match step(&mut state, &mut stack, c)? {
+            Step::Continue => {}
+            Step::EndBefore => return Ok(start.unwrap_or(0)..i),
+            Step::EndWith => return Ok(start.unwrap_or(0)..i + 1),
+        }
+    }
+    let Some(start) = start else {
+        return Err(SyntaxError::Eof);
+    };
+    // At EOF Go feeds a space: a finished number or literal completes, anything else is cut short.
+    match step(&mut state, &mut stack, b' ') {
+        Ok(Step::EndBefore) | Ok(Step::EndWith) => Ok(start..buf.len()),
+        _ => Err(SyntaxError::UnexpectedEof),
+    }
+}
+
+fn push(stack: &mut Vec<Parse>, p: Parse, c: u8) -> Result<(), SyntaxError> {
+    stack.push(p);
+    if stack.len() > MAX_DEPTH {
+        return Err(invalid(c, "exceeded max depth"));
+    }
+    Ok(())
+}
+
+fn step(state: &mut State, stack: &mut Vec<Parse>, c: u8) -> Result<Step, SyntaxError> {
+    match *state {
+        State::BeginValueOrEmpty => {
+            if is_space(c) {
+                return Ok(Step::Continue);
+            }
+            if c == b']' {
+                return end_value(state, stack, c);
+            }
+            *state = State::BeginValue;
+            step(state, stack, c)
+        }
+        State::BeginValue => {
+            if is_space(c) {
+                return Ok(Step::Continue);
+            }
+            *state = match c {
+                b'{' => {
+                    push(stack, Parse::ObjectKey, c)?;
+                    State::BeginStringOrEmpty
+                }
+                b'[' => {
+                    push(stack, Parse::ArrayValue, c)?;
+                    State::BeginValueOrEmpty
+                }
+                b'"' => State::InString,
+                b'-' => State::Neg,
+                b'0' => State::Zero,
+                b'1'..=b'9' => State::One,
+                b't' => State::Lit(b"true", 1, "in literal true"),
+                b'f' => State::Lit(b"false", 1, "in literal false"),
+                b'n' => State::Lit(b"null", 1, "in literal null"),
+                _ => return Err(invalid(c, "looking for beginning of value")),
+            };
+            Ok(Step::Continue)
+        }
+        State::BeginStringOrEmpty => {
+            if is_space(c) {
+                return Ok(Step::Continue);
+            }
+            if c == b'}' {
+                if let Some(last) = stack.last_mut() {
+                    *last = Parse::ObjectValue;
+                }
+                return end_value(state, stack, c);
+            }
+            *state = State::BeginString;
+            step(state, stack, c)
+        }
+        State::BeginString => {
+            if is_space(c) {
+                return Ok(Step::Continue);
+            }
+            if c == b'"' {
+                *state = State::InString;
+                return Ok(Step::Continue);
+            }
+            Err(invalid(c, "looking for beginning of object key string"))
+        }
+        State::EndValue => end_value(state, stack, c),
+        State::InString => {
+            match c {
+                b'"' => *state = State::EndValue,
+                b'\\' => *state = State::InStringEsc,
+                0..=0x1f => return Err(invalid(c, "in string literal")),
+                _ => {}
+            }
+            Ok(Step::Continue)
+        }
+        State::InStringEsc => {
+            *state = match c {
+                b'b' | b'f' | b'n' | b'r' | b't' | b'\\' | b'/' | b'"' => State::InString,
+                b'u' => State::InStringEscU(0),
+                _ => return Err(invalid(c, "in string escape code")),
+            };
+            Ok(Step::Continue)
+        }
+        State::InStringEscU(n) => {
+            if !c.is_ascii_hexdigit() {
+                return Err(invalid(c, "in \\u hexadecimal character escape"));
+            }
+            *state = if n == 3 {
+                State::InString
+            } else {
+                State::InStringEscU(n + 1)
+            };
+            Ok(Step::Continue)
+        }
+        State::Neg => {
+            *state = match c {
+                b'0' => State::Zero,
+                b'1'..=b'9' => State::One,
+                _ => return Err(invalid(c, "in numeric literal")),
+            };
+            Ok(Step::Continue)
+        }
+        State::One => {
+            if c.is_ascii_digit() {
+                return Ok(Step::Continue);
+            }
+            *state = State::Zero;
+            step(state, stack, c)
+        }
+        State::Zero => match c {
+            b'.' => {
+                *state = State::Dot;
+                Ok(Step::Continue)
+            }
+            b'e' | b'E' => {
+                *state = State::E;
+                Ok(Step::Continue)
+            }
+            _ => end_value(state, stack, c),
+        },
+        State::Dot => {
+            if c.is_ascii_digit() {
+                *state = State::Dot0;
+                return Ok(Step::Continue);
+            }
+            Err(invalid(c, "after decimal point in numeric literal"))
+        }
+        State::Dot0 => match c {
+            b'0'..=b'9' => Ok(Step::Continue),
+            b'e' | b'E' => {
+                *state = State::E;
+                Ok(Step::Continue)
+            }
+            _ => end_value(state, stack, c),
+        },
+        State::E => {
+            if c == b'+' || c == b'-' {
+                *state = State::ESign;
+                return Ok(Step::Continue);
+            }
+            *state = State::ESign;
+            step(state, stack, c)
+        }
+        State::ESign => {
+            if c.is_ascii_digit() {
+                *state = State::E0;
+                return Ok(Step::Continue);
+            }
+            Err(invalid(c, "in exponent of numeric literal"))
+        }
+        State::E0 => {
+            if c.is_ascii_digit() {
+                return Ok(Step::Continue);
+            }
+            end_value(state, stack, c)
+        }
+        State::Lit(word, n, context) => {
+            if c != word[n] {
+                let expecting = format!("{} (expecting '{}')", context, char::from(word[n]));
+                return Err(invalid(c, &expecting));
+            }
+            *state = if n + 1 == word.len() {
+                State::EndValue
+            } else {
+                State::Lit(word, n + 1, context)
+            };
+            Ok(Step::Continue)
+        }
+    }
+}
+
+fn end_value(state: &mut State, stack: &mut Vec<Parse>, c: u8) -> Result<Step, SyntaxError> {
+    let Some(&top) = stack.last() else {
+        return Ok(Step::EndBefore);
+    };
+    if is_space(c) {
+        *state = State::EndValue;
+        return Ok(Step::Continue);
+    }
+    match top {
+        Parse::ObjectKey => {
+            if c == b':' {
+                if let Some(last) = stack.last_mut() {
+                    *last = Parse::ObjectValue;
+                }
+                *state = State::BeginValue;
+                return Ok(Step::Continue);
+            }
+            Err(invalid(c, "after object key"))
+        }
+        Parse::ObjectValue => match c {
+            b',' => {
+                if let Some(last) = stack.last_mut() {
+                    *last = Parse::ObjectKey;
+                }
+                *state = State::BeginString;
+                Ok(Step::Continue)
+            }
+            b'}' => pop(state, stack),
+            _ => Err(invalid(c, "after object key:value pair")),
+        },
+        Parse::ArrayValue => match c {
+            b',' => {
+                *state = State::BeginValue;
+                Ok(Step::Continue)
+            }
+            b']' => pop(state, stack),
+            _ => Err(invalid(c, "after array element")),
+        },
+    }
+}
+
+fn pop(state: &mut State, stack: &mut Vec<Parse>) -> Result<Step, SyntaxError> {
+    stack.pop();
+    *state = State::EndValue;
+    if stack.is_empty() {
+        Ok(Step::EndWith)
+    } else {
+        Ok(Step::Continue)
+    }
+}
+
+/// A parsed JSON value. Numbers keep their source text; object members keep their order and
+/// duplicates, so callers decide how keys are matched (see [`Json::field`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Json {
+    Null,
+    Bool(bool),
+    /// A number exactly as written (already validated by the scanner).
+    Number(Box<str>),
+    String(String),
+    Array(Vec<Json>),
+    Object(Vec<(String, Json)>),
+}
+
+impl Json {
+    /// Parses the first JSON value of `buf` with Go's syntax rules (trailing data is ignored).
+    pub fn parse(buf: &[u8]) -> Result<Json, SyntaxError> {
+        let range = scan_value(buf)?;
+        let mut p = TreeParser {
+            buf: &buf[range.clone()],
+            pos: 0,
+        };
+        Ok(p.value())
+    }
+
+    /// The name Go's decoder reports for this kind of value in an `UnmarshalTypeError`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Json::Null => "null",
+            Json::Bool(_) => "bool",
+            Json::Number(_) => "number",
+            Json::String(_) => "string",
+            Json::Array(_) => "array",
+            Json::Object(_) => "object",
+        }
+    }
+
+    /// Looks a struct field up the way Go's decoder does: keys match `name` under Go's case folding,
+    /// and the last matching member wins. `None` when absent or not an object.
+    pub fn field(&self, name: &str) -> Option<&Json> {
+        let Json::Object(members) = self else {
+            return None;
+        };
+        let folded = fold_key(name);
+        members
+            .iter()
+            .rev()
+            .find(|(k, _)| fold_key(k) == folded)
+            .map(|(_, v)| v)
+    }
+
+    /// The string value, if this is a string.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Json::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// True for JSON `null`.
+    pub fn is_null(&self) -> bool {
+        matches!(self, Json::Null)
+    }
+
+    /// Encodes compactly with Go's escaping rules.
+    pub fn encode_into(&self, out: &mut String) {
+        match self {
+            Json::Null => out.push_str("null"),
+            Json::Bool(true) => out.push_str("true"),
+            Json::Bool(false) => out.push_str("false"),
+            Json::Number(n) => out.push_str(n),
+            Json::String(s) => write_go_string(out, s),
+            Json::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    item.encode_into(out);
+                }
+                out.push(']');
+            }
+            Json::Object(members) => {
+                out.push('{');
+                for (i, (k, v)) in members.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write_go_string(out, k);
+                    out.push(':');
+                    v.encode_into(out);
+                }
+                out.push('}');
+            }
+        }
+    }
+
+    /// Encodes compactly with Go's escaping rules.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        self.encode_into(&mut out);
+        out
+    }
+}
+
+/// Recursive-descent builder over bytes the scanner already validated.
+struct TreeParser<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl TreeParser<'_> {
+    fn ws(&mut self) {
+        while self.pos < self.buf.len() && is_space(self.buf[self.pos]) {
+            self.pos += 1;
+        }
+    }
+
+    fn peek(&self) -> u8 {
+        self.buf.get(self.pos).copied().unwrap_or(b' ')
+    }
+
+    fn value(&mut self) -> Json {
+        self.ws();
+        match self.peek() {
+            b'{' => {
+                self.pos += 1;
+                let mut members = Vec::new();
+                loop {
+                    self.ws();
+                    if self.peek() == b'}' {
+                        self.pos += 1;
+                        break;
+                    }
+                    let key = self.string();
+                    self.ws();
+                    self.pos += 1; // ':'
+                    let v = self.value();
+                    members.push((key, v));
+                    self.ws();
+                    if self.peek() == b',' {
+                        self.pos += 1;
+                    }
+                }
+                Json::Object(members)
+            }
+            b'[' => {
+                self.pos += 1;
+                let mut items = Vec::new();
+                loop {
+                    self.ws();
+                    if self.peek() == b']' {
+                        self.pos += 1;
+                        break;
+                    }
+                    items.push(self.value());
+                    self.ws();
+                    if self.peek() == b',' {
+                        self.pos += 1;
+                    }
+                }
+                Json::Array(items)
+            }
+            b'"' => Json::String(self.string()),
+            b't' => {
+                self.pos += 4;
+                Json::Bool(true)
+            }
+            b'f' => {
+                self.pos += 5;
+                Json::Bool(false)
+            }
+            b'n' => {
+                self.pos += 4;
+                Json::Null
+            }
+            _ => {
+                let start = self.pos;
+                while self.pos < self.buf.len()
+                    && matches!(
+                        self.buf[self.pos],
+                        b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'
+                    )
+                {
+                    self.pos += 1;
+                }
+                Json::Number(String::from_utf8_lossy(&self.buf[start..self.pos]).into())
+            }
+        }
+    }
+
+    /// Reads a string token and unescapes it as Go does (invalid UTF-8 and lone surrogates become
+    /// U+FFFD).
+    fn string(&mut self) -> String {
+        self.pos += 1; // opening quote
+        let mut bytes: Vec<u8> = Vec::new();
+        while self.pos < self.buf.len() {
+            let c = self.buf[self.pos];
+            self.pos += 1;
+            match c {
+                b'"' => break,
+                b'\\' => {
+                    let e = self.peek();
+                    self.pos += 1;
+                    let ch = match e {
+                        b'b' => '\u{8}',
+                        b'f' => '\u{c}',
+                        b'n' => '\n',
+                        b'r' => '\r',
+                        b't' => '\t',
+                        b'u' => {
+                            let hi = self.hex4();
+                            if (0xD800..0xDC00).contains(&hi)
+                                && self.buf.get(self.pos) == Some(&b'\\')
+                                && self.buf.get(self.pos + 1) == Some(&b'u')
+                            {
+                                let save = self.pos;
+                                self.pos += 2;
+                                let lo = self.hex4();
+                                if (0xDC00..0xE000).contains(&lo) {
+                                    let cp = 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00);
+                                    char::from_u32(cp).unwrap_or('\u{FFFD}')
+                                } else {
+                                    self.pos = save;
+                                    '\u{FFFD}'
+                                }
+                            } else {
+                                char::from_u32(hi).unwrap_or('\u{FFFD}')
+                            }
+                        }
+                        other => char::from(other),
+                    };
+                    let mut tmp = [0u8; 4];
+                    bytes.extend_from_slice(ch.encode_utf8(&mut tmp).as_bytes());
+                }
+                _ => bytes.push(c),
+            }
+        }
+        match String::from_utf8(bytes) {
+            Ok(s) => s,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        }
+    }
+
+    fn hex4(&mut self) -> u32 {
+        let mut v = 0u32;
+        for _ in 0..4 {
+            let d = char::from(self.peek()).to_digit(16).unwrap_or(0);
+            v = v * 16 + d;
+            self.pos += 1;
+        }
+        v
+    }
+}
+
+/// Go's `foldName`: ASCII letters upper-cased, and the two non-ASCII runes whose case-fold orbit
+/// reaches an ASCII letter (U+017F LATIN SMALL LETTER LONG S and U+212A KELVIN SIGN) mapped onto it.
+/// Two keys a Go struct decoder would treat as the same field fold to the same string.
+pub fn fold_key(key: &str) -> String {
+    key.chars()
+        .map(|c| match c {
+            'a'..='z' => c.to_ascii_uppercase(),
+            '\u{017F}' => 'S',
+            '\u{212A}' => 'K',
+            _ => c,
+        })
+        .collect()
+}
+
+/// Appends `s` as a JSON string the way Go's encoder writes it (HTML-safe).
+pub fn write_go_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// A JSON string literal as Go's encoder would write it.
+pub fn go_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    write_go_string(&mut out, s);
+    out
+}
+
+/// Go's `json.Compact` with HTML escaping, as applied to a `json.RawMessage` when it is encoded
+/// (how a node echoes the request `id`): insignificant whitespace removed, `<`, `>`, `&`, U+2028 and
+/// U+2029 inside strings escaped, every other byte (including existing escapes) kept.
+/// `raw` must be one valid JSON value.
+pub fn compact_into(out: &mut Vec<u8>, raw: &[u8]) {
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut i = 0;
+    while i < raw.len() {
+        let c = raw[i];
+        if in_string {
+            if escaped {
+                escaped = false;
+                out.push(c);
+            } else if c == b'\\' {
+                escaped = true;
+                out.push(c);
+            } else if c == b'"' {
+                in_string = false;
+                out.push(c);
+            } else if c == b'<' || c == b'>' || c == b'&' {
+                out.extend_from_slice(format!("\\u{:04x}", c).as_bytes());
+            } else if c == 0xE2
+                && raw.get(i + 1) == Some(&0x80)
+                && matches!(raw.get(i + 2), Some(0xA8 | 0xA9))
+            {
+                let last = raw[i + 2];
+                out.extend_from_slice(if last == 0xA8 { b"\\u2028" } else { b"\\u2029" });
+                i += 2;
+            } else {
+                out.push(c);
+            }
+        } else if c == b'"' {
+            in_string = true;
+            out.push(c);
+        } else if !is_space(c) {
+            out.push(c);
+        }
+        i += 1;
+    }
+}
+
+/// [`compact_into`] into a fresh buffer.
+pub fn compact(raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(raw.len());
+    compact_into(&mut out, raw);
+    out
+}
+
+/// Go's `strconv.Quote` for the strings avalanchego prints with `%q` in error messages.
+pub fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{b}' => out.push_str("\\v"),
+            '\u{FFFD}' => out.push('\u{FFFD}'),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if c.is_control() || (0x80..0xa0).contains(&(c as u32)) => {
+                if (c as u32) < 0x10000 {
+                    let _ = write!(out, "\\u{:04x}", c as u32);
+                } else {
+                    let _ = write!(out, "\\U{:08x}", c as u32);
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(s: &str) -> String {
+        scan_value(s.as_bytes()).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn go_scanner_messages() {
+        assert_eq!(err(""), "EOF");
+        assert_eq!(err("  \n"), "EOF");
+        assert_eq!(err("{\"jsonrpc\":\"2.0\","), "unexpected EOF");
+        assert_eq!(
+            err("hello"),
+            "invalid character 'h' looking for beginning of value"
+        );
+        assert_eq!(err("{\"a\" 1}"), "invalid character '1' after object key");
+        assert_eq!(
+            err("{\"a\":1 2}"),
+            "invalid character '2' after object key:value pair"
+        );
+        assert_eq!(err("[1 2]"), "invalid character '2' after array element");
+        assert_eq!(
+            err("{1:2}"),
+            "invalid character '1' looking for beginning of object key string"
+        );
+        assert_eq!(
+            err("tru "),
+            "invalid character ' ' in literal true (expecting 'e')"
+        );
+        assert_eq!(err("nul"), "unexpected EOF");
+        assert_eq!(err("-a"), "invalid character 'a' in numeric literal");
+        assert_eq!(
+            err("1.x"),
+            "invalid character 'x' after decimal point in numeric literal"
+        );
+        assert_eq!(
+            err("1ex"),
+            "invalid character 'x' in exponent of numeric literal"
+        );
+        assert_eq!(
+            err("\"a\\x\""),
+            "invalid character 'x' in string escape code"
+        );
+        assert_eq!(
+            err("'a'"),
+            "invalid character '\\'' looking for beginning of value"
+        );
+        assert_eq!(
+            err("\u{feff}{}"),
+            "invalid character 'ï' looking for beginning of value"
+        );
+    }
+
+    #[test]
+    fn first_value_ends_where_go_ends_it() {
+        assert_eq!(scan_value(b" {\"a\":1} garbage").unwrap(), 1..8);
+        assert_eq!(scan_value(b"5x").unwrap(), 0..1);
+        assert_eq!(scan_value(b"5").unwrap(), 0..1);
+        assert_eq!(scan_value(b"[]]").unwrap(), 0..2);
+    }
+
+    #[test]
+    fn numbers_keep_their_text() {
+        let v = Json::parse(br#"{"id": 9223372036854775807, "x": 1.50, "y": -0.0e+10}"#).unwrap();
+        assert_eq!(
+            v.encode(),
+            r#"{"id":9223372036854775807,"x":1.50,"y":-0.0e+10}"#
+        );
+    }
+
+    #[test]
+    fn fields_match_like_go() {
+        let v = Json::parse(br#"{"Height":1,"HEIGHT":2,"\u017fubnetID":"x"}"#).unwrap();
+        assert_eq!(v.field("height"), Some(&Json::Number("2".into())));
+        assert_eq!(v.field("subnetID").and_then(Json::as_str), Some("x"));
+    }
+
+    #[test]
+    fn compact_escapes_html_and_keeps_escapes() {
+        let raw = br#"{ "a" : "<b>&\u0041" ,"c": [1, 2] }"#;
+        assert_eq!(
+            String::from_utf8(compact(raw)).unwrap(),
+            r#"{"a":"\u003cb\u003e\u0026\u0041","c":[1,2]}"#
+        );
+    }
+
+    #[test]
+    fn go_string_escapes() {
+        assert_eq!(go_string("a<\u{2028}\n\u{1}"), r#""a\u003c\u2028\n\u0001""#);
+        assert_eq!(go_quote("platform.\"x\""), r#""platform.\"x\"""#);
+    }
+}

@@ -1,0 +1,16 @@
+//! JSON-RPC 2.0 on the wire, the way avalanchego speaks it.
+//!
+//! * [`gojson`]: Go-compatible JSON scanning, parsing and encoding (error texts, escaping, raw
+//!   numbers).
+//! * [`envelope`]: the request envelope decoded with a node's rules, plus the ambiguity check the
+//!   gateway uses to refuse envelopes a node could read differently.
+//! * [`names`]: avalanchego's method-name mapping (`platform.getHeight` -> `platform.GetHeight`).
+//! * [`response`]: answer bodies byte for byte as a node writes them.
+
+pub mod envelope;
+pub mod gojson;
+pub mod names;
+pub mod response;
+
+pub use envelope::{decode, Decoded, Envelope, Verdict};
+pub use gojson::Json;

@@ -1,0 +1,16 @@
+//! snowgate: a caching, load-balancing JSON-RPC gateway in front of Avalanche nodes.
+//!
+//! The request path, outermost first:
+//!
+//! 1. [`server`] accepts HTTP/1.1 and cleartext HTTP/2 connections (hyper-util).
+//! 2. [`jsonrpc`] reads the envelope with a node's rules and refuses what a node could read
+//!    differently; the client's id is kept as raw bytes.
+//! 3. [`policy`] and [`methods`] decide whether the caller may call the method at that path.
+//! 4. (later) rate limits and the cache.
+//! 5. [`upstream`] picks a healthy node (health checks, power of two choices over peak-EWMA),
+//!    re-encodes the call with its own id, forwards it and checks the answer.
+//!
+//! [`devnode`] is the simulated avalanchego that tests, benchmarks and the demo run against.
+
+pub mod devnode;
+pub mod jsonrpc;
