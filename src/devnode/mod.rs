@@ -12,6 +12,7 @@
 //! that immutable answers agree across the nodes behind the gateway.
 
 pub mod chain;
+pub mod cli;
 pub mod server;
 
 use std::net::SocketAddr;
