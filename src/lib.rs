@@ -12,5 +12,20 @@
 //!
 //! [`devnode`] is the simulated avalanchego that tests, benchmarks and the demo run against.
 
+pub mod call;
+pub mod cli;
+pub mod config;
 pub mod devnode;
+pub mod error;
+pub mod front;
+pub mod gateway;
 pub mod jsonrpc;
+pub mod methods;
+pub mod metrics;
+pub mod policy;
+pub mod server;
+pub mod stack;
+pub mod upstream;
+
+pub use config::Config;
+pub use gateway::Gateway;

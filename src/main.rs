@@ -15,12 +15,25 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the gateway.
+    Serve(snowgate::cli::ServeArgs),
+    /// Validate a config file: exits 0, or prints the offending key and exits 1.
+    Check(snowgate::cli::CheckArgs),
+    /// Start three simulated nodes and the gateway in front of them, ready for curl.
+    Demo(snowgate::cli::DemoArgs),
     /// Run a simulated Avalanche node.
     Devnode(snowgate::devnode::cli::DevnodeArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if let Command::Check(args) = &cli.command {
+        if let Err(e) = snowgate::cli::check(args) {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+        return Ok(());
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -29,6 +42,9 @@ fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         match cli.command {
+            Command::Serve(args) => snowgate::cli::serve(args).await,
+            Command::Demo(args) => snowgate::cli::demo(args).await,
+            Command::Check(_) => Ok(()),
             Command::Devnode(args) => snowgate::devnode::cli::run(args).await,
         }
     })

@@ -69,7 +69,7 @@ impl Chain {
     pub fn has_method(service: &str, go_method: &str) -> bool {
         matches!(
             (service, go_method),
-            ("platform", "GetHeight") | ("info", "GetNetworkID")
+            ("platform", "GetHeight") | ("info", "GetNetworkID") | ("info", "IsBootstrapped")
         )
     }
 
@@ -96,6 +96,9 @@ impl Chain {
             ("platform", "GetHeight") => Ok(format!("{{\"height\":\"{}\"}}", self.height(view))),
             ("info", "GetNetworkID") => {
                 Ok(format!("{{\"networkID\":\"{}\"}}", self.config.network_id))
+            }
+            ("info", "IsBootstrapped") => {
+                Ok(format!("{{\"isBootstrapped\":{}}}", view.bootstrapped))
             }
             _ => Err(CallError::App("not implemented".into())),
         }

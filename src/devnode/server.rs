@@ -137,7 +137,7 @@ async fn handle(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     let ct = ct.split(';').next().unwrap_or("");
-    if ct.to_ascii_lowercase() != "application/json" {
+    if !ct.eq_ignore_ascii_case("application/json") {
         let mut r = text(StatusCode::UNSUPPORTED_MEDIA_TYPE, "");
         *r.body_mut() = Full::new(Bytes::from(format!("rpc: unrecognized Content-Type: {ct}")));
         return Ok(r);

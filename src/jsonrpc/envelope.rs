@@ -10,7 +10,9 @@
 //! could disagree about the request (two keys that fold to the same name), so the gateway can refuse
 //! such an envelope instead of guessing.
 
-use super::gojson::{compact_into, fold_key, scan_value, write_go_string, Json, SyntaxError};
+use super::gojson::{
+    compact_into, fold_key, object_members, scan_value, write_go_string, Json, SyntaxError,
+};
 
 /// The top-level members of a decoded request, as a node sees them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -127,7 +129,11 @@ pub fn decode(body: &[u8]) -> Decoded {
         }
     };
     // Raw bytes of each top-level value, so the id can be echoed verbatim.
-    let raw_values = top_level_raw_values(raw);
+    let raw_values: Vec<&[u8]> = object_members(raw)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
     let mut seen: Vec<String> = Vec::with_capacity(members.len());
     for (i, (key, value)) in members.into_iter().enumerate() {
         let folded = fold_key(&key);
@@ -201,80 +207,6 @@ fn params_ambiguity(value: &Json) -> Option<String> {
         Json::Array(items) => items.iter().find_map(params_ambiguity),
         _ => None,
     }
-}
-
-/// The raw byte slices of the member values of a top-level object (already validated).
-fn top_level_raw_values(raw: &[u8]) -> Vec<&[u8]> {
-    let mut out = Vec::new();
-    let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    let mut value_start: Option<usize> = None;
-    let mut expecting_value = false;
-    let mut i = 0;
-    while i < raw.len() {
-        let c = raw[i];
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if c == b'\\' {
-                escaped = true;
-            } else if c == b'"' {
-                in_string = false;
-            }
-            i += 1;
-            continue;
-        }
-        match c {
-            b'"' => {
-                in_string = true;
-                if expecting_value && depth == 1 {
-                    value_start = Some(i);
-                    expecting_value = false;
-                }
-            }
-            b'{' | b'[' => {
-                if expecting_value && depth == 1 {
-                    value_start = Some(i);
-                    expecting_value = false;
-                }
-                depth += 1;
-            }
-            b'}' | b']' => {
-                if depth == 1 {
-                    if let Some(s) = value_start.take() {
-                        out.push(trim(&raw[s..i]));
-                    }
-                }
-                depth = depth.saturating_sub(1);
-            }
-            b':' if depth == 1 => expecting_value = true,
-            b',' if depth == 1 => {
-                if let Some(s) = value_start.take() {
-                    out.push(trim(&raw[s..i]));
-                }
-            }
-            c if depth == 1 && expecting_value && !c.is_ascii_whitespace() => {
-                value_start = Some(i);
-                expecting_value = false;
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    out
-}
-
-fn trim(s: &[u8]) -> &[u8] {
-    let start = s
-        .iter()
-        .position(|c| !c.is_ascii_whitespace())
-        .unwrap_or(s.len());
-    let end = s
-        .iter()
-        .rposition(|c| !c.is_ascii_whitespace())
-        .map_or(start, |e| e + 1);
-    &s[start..end]
 }
 
 #[cfg(test)]

@@ -606,6 +606,111 @@ impl TreeParser<'_> {
     }
 }
 
+/// The members of a JSON object as raw slices: `(key, value)`, the key without its quotes and still
+/// escaped, the value exactly as written. `raw` must be one object already validated by
+/// [`scan_value`]; anything else gives `None`.
+pub fn object_members(raw: &[u8]) -> Option<Vec<(&[u8], &[u8])>> {
+    let mut p = RawWalker { buf: raw, pos: 0 };
+    p.ws();
+    if p.peek()? != b'{' {
+        return None;
+    }
+    p.pos += 1;
+    let mut out = Vec::new();
+    loop {
+        p.ws();
+        match p.peek()? {
+            b'}' => return Some(out),
+            b',' => {
+                p.pos += 1;
+                continue;
+            }
+            b'"' => {}
+            _ => return None,
+        }
+        let key_start = p.pos + 1;
+        p.skip_string()?;
+        let key = &raw[key_start..p.pos - 1];
+        p.ws();
+        if p.peek()? != b':' {
+            return None;
+        }
+        p.pos += 1;
+        p.ws();
+        let v_start = p.pos;
+        p.skip_value()?;
+        out.push((key, &raw[v_start..p.pos]));
+    }
+}
+
+/// A cursor that skips over validated JSON without building anything.
+struct RawWalker<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl RawWalker<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.buf.get(self.pos).copied()
+    }
+
+    fn ws(&mut self) {
+        while self.pos < self.buf.len() && is_space(self.buf[self.pos]) {
+            self.pos += 1;
+        }
+    }
+
+    fn skip_string(&mut self) -> Option<()> {
+        self.pos += 1;
+        loop {
+            match self.peek()? {
+                b'"' => {
+                    self.pos += 1;
+                    return Some(());
+                }
+                b'\\' => self.pos += 2,
+                _ => self.pos += 1,
+            }
+        }
+    }
+
+    fn skip_value(&mut self) -> Option<()> {
+        match self.peek()? {
+            b'"' => self.skip_string(),
+            b'{' | b'[' => {
+                let mut depth = 0usize;
+                loop {
+                    match self.peek()? {
+                        b'"' => {
+                            self.skip_string()?;
+                            continue;
+                        }
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                self.pos += 1;
+                                return Some(());
+                            }
+                        }
+                        _ => {}
+                    }
+                    self.pos += 1;
+                }
+            }
+            _ => {
+                while let Some(c) = self.peek() {
+                    if matches!(c, b',' | b'}' | b']') || is_space(c) {
+                        break;
+                    }
+                    self.pos += 1;
+                }
+                Some(())
+            }
+        }
+    }
+}
+
 /// Go's `foldName`: ASCII letters upper-cased, and the two non-ASCII runes whose case-fold orbit
 /// reaches an ASCII letter (U+017F LATIN SMALL LETTER LONG S and U+212A KELVIN SIGN) mapped onto it.
 /// Two keys a Go struct decoder would treat as the same field fold to the same string.
@@ -819,6 +924,16 @@ mod tests {
             String::from_utf8(compact(raw)).unwrap(),
             r#"{"a":"\u003cb\u003e\u0026\u0041","c":[1,2]}"#
         );
+    }
+
+    #[test]
+    fn raw_members() {
+        let raw = br#"{ "jsonrpc":"2.0", "result" : {"a":[1,"}"]} ,"id":7}"#;
+        let m = object_members(raw).unwrap();
+        assert_eq!(m.len(), 3);
+        assert_eq!(m[1], (&b"result"[..], &br#"{"a":[1,"}"]}"#[..]));
+        assert_eq!(m[2], (&b"id"[..], &b"7"[..]));
+        assert_eq!(object_members(b"[1]"), None);
     }
 
     #[test]

@@ -1,0 +1,128 @@
+//! The unit of work inside the gateway: one checked JSON-RPC call, and a node's answer to it.
+//!
+//! The HTTP front turns a request body into an [`RpcCall`] (method looked up in the registry,
+//! params parsed, the client's id kept as raw bytes); the layers of the stack pass it down and an
+//! [`Answer`] back up; the front then writes the answer with the client's own id.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::jsonrpc::Json;
+use crate::methods::MethodSpec;
+
+/// Who is calling.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// Presented a key from `[admin] api_keys`.
+    pub admin: bool,
+    /// `X-Snowgate-Upstream` of an admin caller: the upstream to use.
+    pub pin: Option<String>,
+    /// The client's address.
+    pub ip: IpAddr,
+}
+
+/// One call on its way to a node.
+#[derive(Debug, Clone)]
+pub struct RpcCall {
+    pub spec: Arc<MethodSpec>,
+    /// `None` when absent or null (forwarded without params).
+    pub params: Option<Json>,
+    /// The client's id, raw; `None` for a notification.
+    pub id: Option<Bytes>,
+    pub caller: Caller,
+}
+
+impl RpcCall {
+    /// The block height the call asks about, for height-aware routing (`height` as a number or a
+    /// quoted number; `"proposed"` and anything else give `None`).
+    pub fn requested_height(&self) -> Option<u64> {
+        let name = self.spec.height_param.as_deref()?;
+        let params = self.params.as_ref()?;
+        let obj = match params {
+            Json::Array(items) => items.first()?,
+            other => other,
+        };
+        match obj.field(name)? {
+            Json::Number(n) => n.parse().ok(),
+            Json::String(s) => s.parse().ok(),
+            _ => None,
+        }
+    }
+
+    /// The request body sent to a node: re-encoded from the parsed call with our own id, never the
+    /// client's bytes.
+    pub fn upstream_body(&self, upstream_id: u64) -> Vec<u8> {
+        let mut out = String::with_capacity(96);
+        out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
+        out.push_str(&upstream_id.to_string());
+        out.push_str(",\"method\":");
+        crate::jsonrpc::gojson::write_go_string(&mut out, &self.spec.name);
+        if let Some(p) = &self.params {
+            out.push_str(",\"params\":");
+            p.encode_into(&mut out);
+        }
+        out.push('}');
+        out.into_bytes()
+    }
+}
+
+/// Whether a node's answer carries a result or a JSON-RPC error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnswerKind {
+    Result,
+    Error,
+}
+
+/// Where an answer came from, for the `X-Cache` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheStatus {
+    Hit,
+    Miss,
+    Bypass,
+}
+
+impl CacheStatus {
+    /// The `X-Cache` header value.
+    pub fn header(self) -> &'static str {
+        match self {
+            CacheStatus::Hit => "HIT",
+            CacheStatus::Miss => "MISS",
+            CacheStatus::Bypass => "BYPASS",
+        }
+    }
+}
+
+/// A node's answer: the raw `result` value or `error` object, exactly as the node wrote it.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub kind: AnswerKind,
+    pub payload: Bytes,
+    /// The upstream that answered (`None` when it came from the cache).
+    pub upstream: Option<Arc<str>>,
+    pub cache: CacheStatus,
+}
+
+impl Answer {
+    /// The answer body for the client: the node's layout with the client's id.
+    pub fn body(&self, id: Option<&[u8]>) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.payload.len() + 48);
+        match self.kind {
+            AnswerKind::Result => {
+                crate::jsonrpc::response::write_success(&mut out, &self.payload, id)
+            }
+            AnswerKind::Error => {
+                out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"error\":");
+                out.extend_from_slice(&self.payload);
+                out.extend_from_slice(b",\"id\":");
+                match id {
+                    Some(id) => crate::jsonrpc::gojson::compact_into(&mut out, id),
+                    None => out.extend_from_slice(b"null"),
+                }
+                out.extend_from_slice(b"}\n");
+            }
+        }
+        out
+    }
+}

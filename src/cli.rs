@@ -1,0 +1,197 @@
+//! The `serve`, `check` and `demo` subcommands (the `devnode` one lives in `devnode::cli`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::config::{Config, UpstreamConfig};
+use crate::devnode::{DevNode, DevNodeConfig, Network};
+use crate::Gateway;
+
+/// Flags of `snowgate serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The TOML config file.
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// Address to listen on (overrides `[server] listen`).
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// A node base URL, repeatable (replaces the file's `[[upstreams]]`).
+    #[arg(long = "upstream", value_name = "URL")]
+    pub upstreams: Vec<String>,
+}
+
+/// Flags of `snowgate check`.
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// The TOML config file to validate.
+    #[arg(long, short)]
+    pub config: PathBuf,
+}
+
+/// Flags of `snowgate demo`.
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// Address of the gateway.
+    #[arg(long, default_value = "127.0.0.1:9650")]
+    pub listen: SocketAddr,
+    /// Time between blocks of the simulated chain.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub block_interval: Duration,
+}
+
+/// The effective config of `serve`: the file (if any) with the flags applied on top.
+pub fn serve_config(args: &ServeArgs) -> anyhow::Result<Config> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    if let Some(listen) = args.listen {
+        config.server.listen = listen;
+    }
+    if !args.upstreams.is_empty() {
+        config.upstreams = args
+            .upstreams
+            .iter()
+            .enumerate()
+            .map(|(i, url)| UpstreamConfig {
+                name: format!("upstream-{}", i + 1),
+                url: url.clone(),
+            })
+            .collect();
+    }
+    config
+        .validate()
+        .map_err(|(key, msg)| anyhow::anyhow!("`{key}`: {msg}"))?;
+    if config.upstreams.is_empty() {
+        anyhow::bail!("no upstreams: add [[upstreams]] to the config or pass --upstream URL");
+    }
+    Ok(config)
+}
+
+/// Waits for SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}
+
+/// `snowgate serve`.
+pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let config = serve_config(&args)?;
+    let gateway = Gateway::start(config).await?;
+    tracing::info!(addr = %gateway.addr(), "snowgate listening");
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    gateway.shutdown().await;
+    Ok(())
+}
+
+/// `snowgate check`: validates a file; prints the offending key on failure.
+pub fn check(args: &CheckArgs) -> anyhow::Result<()> {
+    let config = Config::load(&args.config)?;
+    println!(
+        "{}: ok ({} upstreams, {} method overrides)",
+        args.config.display(),
+        config.upstreams.len(),
+        config.methods.len()
+    );
+    Ok(())
+}
+
+/// `snowgate demo`: three simulated nodes of one network and the gateway in front of them.
+pub async fn demo(args: DemoArgs) -> anyhow::Result<()> {
+    let network = Network::start(crate::devnode::ChainConfig {
+        network_id: 12345,
+        seed: 1,
+        block_interval: args.block_interval,
+    });
+    let mut nodes = Vec::new();
+    for index in 0..3 {
+        let node = DevNode::spawn_in(
+            network.clone(),
+            DevNodeConfig {
+                node_index: index,
+                block_interval: args.block_interval,
+                ..Default::default()
+            },
+        )
+        .await?;
+        nodes.push(node);
+    }
+    let names = ["node-a", "node-b", "node-c"];
+    let mut config = Config::default();
+    config.server.listen = args.listen;
+    config.upstreams = nodes
+        .iter()
+        .zip(names)
+        .map(|(n, name)| UpstreamConfig {
+            name: name.to_string(),
+            url: n.url(),
+        })
+        .collect();
+    config.admin.api_keys = vec![DEMO_ADMIN_KEY.to_string()];
+    let gateway = Gateway::start(config).await?;
+    print_demo_help(&gateway.url(), &nodes, &names);
+    shutdown_signal().await;
+    gateway.shutdown().await;
+    Ok(())
+}
+
+/// The admin key of the demo (printed by the demo; never use it elsewhere).
+pub const DEMO_ADMIN_KEY: &str = "demo-admin-key-not-secret";
+
+fn print_demo_help(url: &str, nodes: &[DevNode], names: &[&str]) {
+    println!("snowgate demo: gateway on {url}");
+    for (n, name) in nodes.iter().zip(names) {
+        println!("  upstream {name}: {}", n.url());
+    }
+    let post = |path: &str, body: &str| {
+        format!("curl -s {url}{path} -H 'Content-Type: application/json' -d '{body}'")
+    };
+    println!("\nTry:");
+    println!(
+        "  {}",
+        post(
+            "/ext/bc/P",
+            r#"{"jsonrpc":"2.0","id":1,"method":"platform.getHeight"}"#
+        )
+    );
+    println!(
+        "  {}",
+        post(
+            "/ext/info",
+            r#"{"jsonrpc":"2.0","id":"a","method":"info.getNetworkID"}"#
+        )
+    );
+    println!(
+        "  {}   # refused: node-specific",
+        post(
+            "/ext/info",
+            r#"{"jsonrpc":"2.0","id":2,"method":"info.getNodeID"}"#
+        )
+    );
+    println!(
+        "  curl -s {url}/ext/info -H 'Content-Type: application/json' -H 'Authorization: Bearer {DEMO_ADMIN_KEY}' -H 'X-Snowgate-Upstream: node-b' -d '{body}'",
+        body = r#"{"jsonrpc":"2.0","id":3,"method":"info.getNodeID"}"#
+    );
+    println!("  curl -s {url}/ext/health");
+    println!("  curl -s {url}/metrics | grep snowgate_");
+    println!("\nCtrl-C to stop.");
+}

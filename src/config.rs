@@ -1,0 +1,319 @@
+//! snowgate's configuration: a TOML file (`config/snowgate.toml`), every section with defaults and
+//! `deny_unknown_fields`, then [`Config::validate`] for what serde cannot check, naming the key.
+//!
+//! Durations are written as strings (`"250ms"`, `"1s"`).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::methods::{Access, Family, MethodOverride};
+
+/// The whole file.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// The nodes behind the gateway, one `[[upstreams]]` table each.
+    #[serde(default)]
+    pub upstreams: Vec<UpstreamConfig>,
+    #[serde(default)]
+    pub health: HealthConfig,
+    #[serde(default)]
+    pub upstream: ForwardConfig,
+    #[serde(default)]
+    pub admin: AdminConfig,
+    /// Per-method additions and overrides of the built-in registry, keyed by method name:
+    /// `[methods."platform.getAllValidatorsAt"] family = "platform"`.
+    #[serde(default)]
+    pub methods: BTreeMap<String, MethodOverride>,
+}
+
+/// `[server]`: where snowgate listens.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address of the public endpoint.
+    pub listen: SocketAddr,
+    /// Largest request body accepted (bytes).
+    pub max_body_bytes: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9650)),
+            max_body_bytes: 1024 * 1024,
+        }
+    }
+}
+
+/// One `[[upstreams]]` table: a node behind the gateway.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// A short name used in metrics, logs, `/ext/health` and `X-Snowgate-Upstream`.
+    pub name: String,
+    /// The node's base URL, e.g. `http://10.0.0.5:9650` (scheme, host and port only).
+    pub url: String,
+}
+
+/// `[health]`: active health checks and the hysteresis that turns them into a verdict.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthConfig {
+    /// Time between two checks of one upstream.
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    /// How long a check may take.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// An upstream further behind the best height in the pool than this takes no traffic.
+    pub max_lag_blocks: u64,
+    /// Consecutive failed checks before a healthy upstream is taken out.
+    pub failure_threshold: u32,
+    /// Consecutive good checks before an unhealthy upstream is taken back.
+    pub recovery_threshold: u32,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_millis(500),
+            max_lag_blocks: 2,
+            failure_threshold: 2,
+            recovery_threshold: 2,
+        }
+    }
+}
+
+/// `[upstream]`: how requests are forwarded.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ForwardConfig {
+    /// Time allowed to open a TCP connection to a node.
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// Time allowed for one attempt on one node.
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+    /// Time allowed for a client request across all attempts.
+    #[serde(with = "humantime_serde")]
+    pub deadline: Duration,
+    /// Attempts per request (the first one included).
+    pub max_attempts: u32,
+    /// Largest answer body accepted from a node (bytes).
+    pub max_response_bytes: usize,
+    /// Idle keep-alive connections kept per node.
+    pub pool_max_idle: usize,
+}
+
+impl Default for ForwardConfig {
+    fn default() -> Self {
+        ForwardConfig {
+            connect_timeout: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(5),
+            deadline: Duration::from_secs(10),
+            max_attempts: 3,
+            max_response_bytes: 64 * 1024 * 1024,
+            pool_max_idle: 256,
+        }
+    }
+}
+
+/// `[admin]`: callers allowed to use restricted methods.
+#[derive(Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// Bearer tokens (`Authorization: Bearer <key>`) that unlock node-specific and keystore
+    /// methods and upstream pinning. Never logged.
+    pub api_keys: Vec<String>,
+}
+
+impl std::fmt::Debug for AdminConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminConfig")
+            .field(
+                "api_keys",
+                &format_args!("[{} redacted]", self.api_keys.len()),
+            )
+            .finish()
+    }
+}
+
+/// A configuration problem, naming the file and the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("{path}: `{key}`: {message}")]
+    Invalid {
+        path: String,
+        key: String,
+        message: String,
+    },
+}
+
+impl Config {
+    /// Reads, parses and validates a file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        Config::parse(&text, &shown)
+    }
+
+    /// Parses and validates TOML text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_string(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        config
+            .validate()
+            .map_err(|(key, message)| ConfigError::Invalid {
+                path: origin.to_string(),
+                key,
+                message,
+            })?;
+        Ok(config)
+    }
+
+    /// Checks across fields; the error names the offending key.
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        let bad = |key: &str, msg: &str| Err((key.to_string(), msg.to_string()));
+        let mut names = std::collections::HashSet::new();
+        for (i, up) in self.upstreams.iter().enumerate() {
+            let key = format!("upstreams[{i}]");
+            if up.name.is_empty()
+                || !up
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            {
+                return bad(
+                    &format!("{key}.name"),
+                    "must be non-empty and use only letters, digits, '-', '_' or '.'",
+                );
+            }
+            if !names.insert(up.name.as_str()) {
+                return bad(&format!("{key}.name"), "duplicate upstream name");
+            }
+            if let Err(msg) = crate::upstream::parse_base_url(&up.url) {
+                return bad(&format!("{key}.url"), &msg);
+            }
+        }
+        let h = &self.health;
+        if h.interval.is_zero() {
+            return bad("health.interval", "must be greater than zero");
+        }
+        if h.timeout.is_zero() {
+            return bad("health.timeout", "must be greater than zero");
+        }
+        if h.failure_threshold == 0 {
+            return bad("health.failure_threshold", "must be at least 1");
+        }
+        if h.recovery_threshold == 0 {
+            return bad("health.recovery_threshold", "must be at least 1");
+        }
+        let f = &self.upstream;
+        if f.max_attempts == 0 {
+            return bad("upstream.max_attempts", "must be at least 1");
+        }
+        if f.request_timeout.is_zero() || f.connect_timeout.is_zero() {
+            return bad(
+                "upstream.request_timeout",
+                "timeouts must be greater than zero",
+            );
+        }
+        if f.deadline < f.request_timeout {
+            return bad(
+                "upstream.deadline",
+                "must be at least upstream.request_timeout",
+            );
+        }
+        if f.max_response_bytes == 0 {
+            return bad("upstream.max_response_bytes", "must be greater than zero");
+        }
+        if self.server.max_body_bytes == 0 {
+            return bad("server.max_body_bytes", "must be greater than zero");
+        }
+        if self.admin.api_keys.iter().any(|k| k.len() < 16) {
+            return bad("admin.api_keys", "every key must be at least 16 characters");
+        }
+        for (name, o) in &self.methods {
+            let key = format!("methods.\"{name}\"");
+            let Some((service, rest)) = name.split_once('.') else {
+                return bad(&key, "a method name is `service.method`");
+            };
+            if rest.is_empty() || rest.contains('.') || rest.starts_with(char::is_uppercase) {
+                return bad(&key, "not a method name a node serves");
+            }
+            let family = o.family.or_else(|| Family::for_service(service));
+            match family {
+                None => return bad(&format!("{key}.family"), "unknown service: set family"),
+                Some(f) if Family::for_service(service) != Some(f) => {
+                    return bad(
+                        &format!("{key}.family"),
+                        "does not match the method's service",
+                    )
+                }
+                Some(_) => {}
+            }
+            if o.access == Some(Access::Public) && crate::methods::is_secret(name) {
+                return bad(
+                    &format!("{key}.access"),
+                    "keystore methods carry passwords and cannot be public",
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let e =
+            Config::parse("[server]\nlisten = \"127.0.0.1:1\"\nlisen = 1\n", "t.toml").unwrap_err();
+        assert!(e.to_string().contains("lisen"), "{e}");
+        let e = Config::parse("[helth]\n", "t.toml").unwrap_err();
+        assert!(e.to_string().contains("helth"), "{e}");
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        let text = "[[upstreams]]\nname = \"a\"\nurl = \"ftp://x\"\n";
+        let e = Config::parse(text, "t.toml").unwrap_err();
+        assert!(e.to_string().contains("upstreams[0].url"), "{e}");
+        let e = Config::parse("[health]\nfailure_threshold = 0\n", "t.toml").unwrap_err();
+        assert!(e.to_string().contains("health.failure_threshold"), "{e}");
+    }
+
+    #[test]
+    fn durations_are_strings() {
+        let c = Config::parse("[health]\ninterval = \"250ms\"\n", "t.toml").unwrap();
+        assert_eq!(c.health.interval, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn admin_keys_are_not_debug_printed() {
+        let c = Config::parse("[admin]\napi_keys = [\"supersecretkey-123456\"]\n", "t").unwrap();
+        assert!(!format!("{c:?}").contains("supersecret"));
+    }
+}

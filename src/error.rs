@@ -1,0 +1,177 @@
+//! snowgate's own refusals and failures, and their one mapping to the wire.
+//!
+//! Each variant knows its JSON-RPC code, its HTTP status and who is to blame; the blame picks the
+//! log level and the metric label. An error a node returns inside a JSON-RPC body is not a
+//! `ProxyError`: it is data, passed through to the client unchanged.
+
+use http::StatusCode;
+
+/// Who caused a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blame {
+    /// The caller sent something we refuse.
+    Client,
+    /// A node failed or misbehaved.
+    Upstream,
+    /// snowgate itself (no capacity, shutting down).
+    Proxy,
+}
+
+impl Blame {
+    /// Metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Blame::Client => "client",
+            Blame::Upstream => "upstream",
+            Blame::Proxy => "proxy",
+        }
+    }
+}
+
+/// Why snowgate answered a call itself instead of relaying a node's answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProxyError {
+    /// The method is not in the registry.
+    #[error("method {method:?} is not served by this gateway")]
+    UnknownMethod { method: String },
+    /// The method exists but not at the path it was sent to.
+    #[error("method {method:?} is not served at {path} (use {expected})")]
+    WrongPath {
+        method: String,
+        path: String,
+        expected: &'static str,
+    },
+    /// The caller may not call this method.
+    #[error("method {method:?} is not available: {reason}")]
+    Refused {
+        method: String,
+        reason: &'static str,
+    },
+    /// An envelope a node could read differently from snowgate.
+    #[error("invalid request: {0}")]
+    Ambiguous(String),
+    /// `X-Snowgate-Upstream` names no configured upstream.
+    #[error("unknown upstream {0:?} in X-Snowgate-Upstream")]
+    UnknownUpstream(String),
+    /// No upstream can take the request.
+    #[error("no healthy upstream")]
+    NoHealthyUpstream,
+    /// The upstream did not answer in time.
+    #[error("upstream {upstream} timed out")]
+    UpstreamTimeout { upstream: String },
+    /// The upstream could not be reached or dropped the connection.
+    #[error("upstream {upstream} unavailable: {detail}")]
+    UpstreamUnavailable { upstream: String, detail: String },
+    /// The upstream answered something that is not a valid JSON-RPC answer to our request.
+    #[error("upstream {upstream} sent an invalid answer: {detail}")]
+    BadUpstreamAnswer { upstream: String, detail: String },
+}
+
+impl ProxyError {
+    /// The JSON-RPC error code.
+    pub fn code(&self) -> i64 {
+        match self {
+            ProxyError::UnknownMethod { .. }
+            | ProxyError::WrongPath { .. }
+            | ProxyError::Refused { .. } => -32601,
+            ProxyError::Ambiguous(_) | ProxyError::UnknownUpstream(_) => -32600,
+            ProxyError::NoHealthyUpstream
+            | ProxyError::UpstreamTimeout { .. }
+            | ProxyError::UpstreamUnavailable { .. }
+            | ProxyError::BadUpstreamAnswer { .. } => -32603,
+        }
+    }
+
+    /// The HTTP status of the answer.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ProxyError::UnknownMethod { .. }
+            | ProxyError::WrongPath { .. }
+            | ProxyError::Refused { .. }
+            | ProxyError::Ambiguous(_)
+            | ProxyError::UnknownUpstream(_) => StatusCode::OK,
+            ProxyError::NoHealthyUpstream => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::UpstreamUnavailable { .. } | ProxyError::BadUpstreamAnswer { .. } => {
+                StatusCode::BAD_GATEWAY
+            }
+        }
+    }
+
+    /// Who caused it.
+    pub fn blame(&self) -> Blame {
+        match self {
+            ProxyError::UnknownMethod { .. }
+            | ProxyError::WrongPath { .. }
+            | ProxyError::Refused { .. }
+            | ProxyError::Ambiguous(_)
+            | ProxyError::UnknownUpstream(_) => Blame::Client,
+            ProxyError::NoHealthyUpstream => Blame::Proxy,
+            ProxyError::UpstreamTimeout { .. }
+            | ProxyError::UpstreamUnavailable { .. }
+            | ProxyError::BadUpstreamAnswer { .. } => Blame::Upstream,
+        }
+    }
+
+    /// The metric label of the outcome.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            ProxyError::UnknownMethod { .. } | ProxyError::WrongPath { .. } => "unknown_method",
+            ProxyError::Refused { .. } => "refused",
+            ProxyError::Ambiguous(_) | ProxyError::UnknownUpstream(_) => "invalid_request",
+            ProxyError::NoHealthyUpstream => "no_upstream",
+            ProxyError::UpstreamTimeout { .. } => "upstream_timeout",
+            ProxyError::UpstreamUnavailable { .. } => "upstream_unavailable",
+            ProxyError::BadUpstreamAnswer { .. } => "bad_upstream_answer",
+        }
+    }
+
+    /// Failures worth another attempt on another node (for reads).
+    pub fn retryable(&self) -> bool {
+        matches!(
+            self,
+            ProxyError::UpstreamTimeout { .. }
+                | ProxyError::UpstreamUnavailable { .. }
+                | ProxyError::BadUpstreamAnswer { .. }
+        )
+    }
+
+    /// The JSON-RPC error body (node layout) with the client's raw id.
+    pub fn body(&self, id: Option<&[u8]>) -> Vec<u8> {
+        crate::jsonrpc::response::error(self.code(), &self.to_string(), None, id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_table() {
+        let refused = ProxyError::Refused {
+            method: "info.getNodeID".into(),
+            reason: "node-specific methods need an admin key",
+        };
+        assert_eq!((refused.code(), refused.status()), (-32601, StatusCode::OK));
+        assert!(refused.to_string().contains("info.getNodeID"));
+        let e = ProxyError::NoHealthyUpstream;
+        assert_eq!(
+            (e.code(), e.status()),
+            (-32603, StatusCode::SERVICE_UNAVAILABLE)
+        );
+        let e = ProxyError::UpstreamTimeout {
+            upstream: "a".into(),
+        };
+        assert_eq!(
+            (e.code(), e.status()),
+            (-32603, StatusCode::GATEWAY_TIMEOUT)
+        );
+        let e = ProxyError::BadUpstreamAnswer {
+            upstream: "a".into(),
+            detail: "x".into(),
+        };
+        assert_eq!((e.code(), e.status()), (-32603, StatusCode::BAD_GATEWAY));
+        let body = String::from_utf8(e.body(Some(b"\"abc\""))).unwrap();
+        assert!(body.ends_with(",\"id\":\"abc\"}\n"), "{body}");
+    }
+}

@@ -1,0 +1,112 @@
+//! Assembling a running gateway from a [`Config`]: the pool and its health checks, the stack, the
+//! front, the server. Tests, `snowgate serve` and `snowgate demo` all start it through here.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::front::Front;
+use crate::methods::Registry;
+use crate::metrics::Metrics;
+use crate::policy::AdminKeys;
+use crate::upstream::Pool;
+
+/// A running gateway. Dropping it does not stop it; call [`Gateway::shutdown`].
+pub struct Gateway {
+    addr: SocketAddr,
+    pool: Arc<Pool>,
+    metrics: Metrics,
+    stop: watch::Sender<bool>,
+    done: tokio::task::JoinHandle<()>,
+}
+
+impl Gateway {
+    /// Binds `config.server.listen` and starts serving.
+    pub async fn start(config: Config) -> anyhow::Result<Gateway> {
+        let listener = TcpListener::bind(config.server.listen).await?;
+        Gateway::start_on(config, listener).await
+    }
+
+    /// Starts serving on an already bound listener (tests bind `127.0.0.1:0`).
+    pub async fn start_on(config: Config, listener: TcpListener) -> anyhow::Result<Gateway> {
+        config
+            .validate()
+            .map_err(|(key, msg)| anyhow::anyhow!("`{key}`: {msg}"))?;
+        let addr = listener.local_addr()?;
+        let metrics = Metrics::new();
+        let pool = Arc::new(
+            Pool::new(
+                &config.upstreams,
+                config.health.clone(),
+                config.upstream.clone(),
+                metrics.clone(),
+            )
+            .map_err(|e| anyhow::anyhow!(e))?,
+        );
+        let (stop, stop_rx) = watch::channel(false);
+        // One round of checks before accepting, so the first requests find healthy nodes.
+        let first_round = (0..pool.upstreams().len()).map(|i| pool.check_once(i));
+        futures_util::future::join_all(first_round).await;
+        pool.spawn_health_checks(stop_rx.clone());
+        let front = Arc::new(Front {
+            registry: Registry::with_overrides(&config.methods),
+            admin: AdminKeys::new(&config.admin.api_keys),
+            rpc: crate::stack::rpc_stack(pool.clone()),
+            pool: pool.clone(),
+            metrics: metrics.clone(),
+            max_body_bytes: config.server.max_body_bytes,
+        });
+        let mut stop_rx2 = stop_rx;
+        let shutdown = async move {
+            let _ = stop_rx2.wait_for(|v| *v).await;
+        };
+        let done = tokio::spawn(crate::server::run(
+            listener,
+            front,
+            shutdown,
+            Duration::from_secs(30),
+        ));
+        Ok(Gateway {
+            addr,
+            pool,
+            metrics,
+            stop,
+            done,
+        })
+    }
+
+    /// The address the gateway listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://ADDR`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The upstream pool.
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Stops accepting, drains requests in flight, stops the health checks.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.done.await;
+    }
+
+    /// Runs until the returned future of `stop` resolves.
+    pub async fn wait(self) {
+        let _ = self.done.await;
+    }
+}

@@ -1,0 +1,362 @@
+//! The method registry: every method of the node API spec, with the facts the request path needs
+//! about it — which path family serves it, who may call it, how its answers may be cached, what it
+//! costs against a rate quota, and which param names a block height.
+//!
+//! This is data, not code spread over the layers: the policy, cache and rate-limit layers all read
+//! one [`MethodSpec`]. Operators add methods (e.g. `platform.getAllValidatorsAt`) and change access,
+//! cache class or cost under `[methods."name"]` in the config.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+/// Which API a method belongs to, and so which paths serve it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    /// `POST /ext/info`.
+    Info,
+    /// `POST /ext/bc/P` and its four aliases.
+    Platform,
+}
+
+impl Family {
+    /// The family of a JSON-RPC service name (`info`, `platform`).
+    pub fn for_service(service: &str) -> Option<Family> {
+        match service {
+            "info" => Some(Family::Info),
+            "platform" => Some(Family::Platform),
+            _ => None,
+        }
+    }
+
+    /// The path a node serves this family at (the canonical one forwarded to).
+    pub fn canonical_path(self) -> &'static str {
+        match self {
+            Family::Info => "/ext/info",
+            Family::Platform => "/ext/bc/P",
+        }
+    }
+
+    /// Short label for metrics and logs.
+    pub fn label(self) -> &'static str {
+        match self {
+            Family::Info => "info",
+            Family::Platform => "platform",
+        }
+    }
+}
+
+/// The P-chain's five routes, all served identically by a node.
+pub const P_CHAIN_PATHS: [&str; 5] = [
+    "/ext/bc/P",
+    "/ext/P",
+    "/ext/platform",
+    "/ext/bc/platform",
+    "/ext/bc/11111111111111111111111111111111LpoYY",
+];
+
+/// The family served at an HTTP path, if any.
+pub fn family_for_path(path: &str) -> Option<Family> {
+    if path == "/ext/info" {
+        Some(Family::Info)
+    } else if P_CHAIN_PATHS.contains(&path) {
+        Some(Family::Platform)
+    } else {
+        None
+    }
+}
+
+/// Who may call a method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Access {
+    /// Anyone.
+    Public,
+    /// Answers describe one node (its ID, IP, VMs): admin callers only, usually pinned.
+    NodeSpecific,
+    /// Keystore methods carrying a username and password: admin callers only, params never logged.
+    Keystore,
+    /// Refused to everyone.
+    Disabled,
+}
+
+impl Access {
+    /// Why a public caller is refused, for the error message.
+    pub fn refusal(self) -> Option<&'static str> {
+        match self {
+            Access::Public => None,
+            Access::NodeSpecific => Some("node-specific methods need an admin key"),
+            Access::Keystore => Some("keystore methods need an admin key"),
+            Access::Disabled => Some("the method is disabled on this gateway"),
+        }
+    }
+}
+
+/// How answers of a method may be cached (used by the cache layer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheClass {
+    /// Final once observed: kept until evicted (some only under a condition on the answer).
+    Immutable,
+    /// Valid while the pool's best height stays the same (with a short time cap).
+    Head,
+    /// Constant for a network and node version: long TTL.
+    Network,
+    /// Node-local or time-based: very short TTL.
+    Volatile,
+    /// Never cached.
+    Never,
+}
+
+/// Everything the request path knows about one method.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MethodSpec {
+    /// The exact wire name, e.g. `platform.getHeight`.
+    pub name: String,
+    pub family: Family,
+    pub access: Access,
+    pub cache: CacheClass,
+    /// Rate-limit cost in quota units.
+    pub cost: u32,
+    /// The param that names a block height, for height-aware routing.
+    pub height_param: Option<String>,
+    /// Has a side effect: sent again to another node only when the first attempt never left.
+    pub side_effect: bool,
+}
+
+/// A `[methods."name"]` table: adds a method or overrides fields of a built-in one.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MethodOverride {
+    pub family: Option<Family>,
+    pub access: Option<Access>,
+    pub cache: Option<CacheClass>,
+    pub cost: Option<u32>,
+    pub height_param: Option<String>,
+    pub side_effect: Option<bool>,
+}
+
+/// Methods whose params carry secrets: never public, never logged.
+pub fn is_secret(name: &str) -> bool {
+    matches!(name, "platform.exportKey" | "platform.listAddresses")
+}
+
+use Access::{Keystore, NodeSpecific, Public};
+use CacheClass::{Head, Immutable, Network, Never, Volatile};
+
+/// (name, access, cache class, cost, height param)
+type Row = (&'static str, Access, CacheClass, u32, Option<&'static str>);
+
+/// The built-in table: every method of `../shared/spec/node-api.md`.
+const BUILTIN: &[Row] = &[
+    ("info.acps", Public, Volatile, 1, None),
+    ("info.isBootstrapped", Public, Volatile, 1, None),
+    ("info.getBlockchainID", Public, Network, 1, None),
+    ("info.getNetworkID", Public, Immutable, 1, None),
+    ("info.getNetworkName", Public, Immutable, 1, None),
+    ("info.getNodeID", NodeSpecific, Never, 1, None),
+    ("info.getNodeIP", NodeSpecific, Never, 1, None),
+    ("info.getNodeVersion", Public, Volatile, 1, None),
+    ("info.getTxFee", Public, Network, 1, None),
+    ("info.getVMs", NodeSpecific, Never, 1, None),
+    ("info.peers", Public, Volatile, 2, None),
+    ("info.uptime", Public, Volatile, 1, None),
+    ("info.upgrades", Public, Network, 1, None),
+    ("platform.exportKey", Keystore, Never, 1, None),
+    ("platform.listAddresses", Keystore, Never, 1, None),
+    ("platform.getBalance", Public, Head, 5, None),
+    ("platform.getBlock", Public, Immutable, 2, None),
+    (
+        "platform.getBlockByHeight",
+        Public,
+        Immutable,
+        2,
+        Some("height"),
+    ),
+    ("platform.getBlockchains", Public, Head, 2, None),
+    ("platform.getBlockchainStatus", Public, Volatile, 1, None),
+    ("platform.getCurrentSupply", Public, Head, 1, None),
+    ("platform.getCurrentValidators", Public, Head, 10, None),
+    ("platform.getFeeConfig", Public, Network, 1, None),
+    ("platform.getFeeState", Public, Head, 1, None),
+    ("platform.getHeight", Public, Head, 1, None),
+    ("platform.getL1Validator", Public, Head, 1, None),
+    ("platform.getProposedHeight", Public, Volatile, 1, None),
+    ("platform.getMaxStakeAmount", Public, Head, 2, None),
+    ("platform.getMinStake", Public, Head, 1, None),
+    ("platform.getPendingValidators", Public, Head, 5, None),
+    ("platform.getRewardUTXOs", Public, Immutable, 2, None),
+    ("platform.getStake", Public, Head, 5, None),
+    ("platform.getStakingAssetID", Public, Immutable, 1, None),
+    ("platform.getSubnet", Public, Head, 1, None),
+    ("platform.getSubnets", Public, Head, 2, None),
+    ("platform.getTimestamp", Public, Head, 1, None),
+    ("platform.getTotalStake", Public, Head, 1, None),
+    ("platform.getTx", Public, Immutable, 2, None),
+    ("platform.getTxStatus", Public, Immutable, 1, None),
+    ("platform.getUTXOs", Public, Head, 10, None),
+    (
+        "platform.getValidatorsAt",
+        Public,
+        Immutable,
+        5,
+        Some("height"),
+    ),
+    ("platform.getValidatorFeeConfig", Public, Network, 1, None),
+    ("platform.getValidatorFeeState", Public, Head, 1, None),
+    ("platform.issueTx", Public, Never, 5, None),
+    ("platform.sampleValidators", Public, Never, 2, None),
+    ("platform.validatedBy", Public, Immutable, 1, None),
+    ("platform.validates", Public, Head, 1, None),
+];
+
+/// The registry: method name -> spec. Cheap to clone (shared).
+#[derive(Debug, Clone)]
+pub struct Registry {
+    methods: Arc<HashMap<String, Arc<MethodSpec>>>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry::builtin()
+    }
+}
+
+impl Registry {
+    /// The built-in table with no overrides.
+    pub fn builtin() -> Registry {
+        let methods = BUILTIN
+            .iter()
+            .filter_map(|&(name, access, cache, cost, height)| {
+                let family = Family::for_service(name.split('.').next()?)?;
+                Some((
+                    name.to_string(),
+                    Arc::new(MethodSpec {
+                        name: name.to_string(),
+                        family,
+                        access,
+                        cache,
+                        cost,
+                        height_param: height.map(str::to_string),
+                        side_effect: name == "platform.issueTx",
+                    }),
+                ))
+            })
+            .collect();
+        Registry {
+            methods: Arc::new(methods),
+        }
+    }
+
+    /// The built-in table with the config's `[methods]` applied (validated by `Config::validate`).
+    pub fn with_overrides<'a>(
+        overrides: impl IntoIterator<Item = (&'a String, &'a MethodOverride)>,
+    ) -> Registry {
+        let mut methods = (*Registry::builtin().methods).clone();
+        for (name, o) in overrides {
+            let service = name.split('.').next().unwrap_or_default();
+            let Some(family) = o.family.or_else(|| Family::for_service(service)) else {
+                continue;
+            };
+            let base = methods
+                .get(name)
+                .map(|m| (**m).clone())
+                .unwrap_or(MethodSpec {
+                    name: name.clone(),
+                    family,
+                    access: Access::Public,
+                    cache: CacheClass::Never,
+                    cost: 1,
+                    height_param: None,
+                    side_effect: false,
+                });
+            let spec = MethodSpec {
+                family,
+                access: o.access.unwrap_or(base.access),
+                cache: o.cache.unwrap_or(base.cache),
+                cost: o.cost.unwrap_or(base.cost),
+                height_param: o.height_param.clone().or(base.height_param),
+                side_effect: o.side_effect.unwrap_or(base.side_effect),
+                name: name.clone(),
+            };
+            methods.insert(name.clone(), Arc::new(spec));
+        }
+        Registry {
+            methods: Arc::new(methods),
+        }
+    }
+
+    /// The spec of a method, by its exact wire name.
+    pub fn get(&self, name: &str) -> Option<&Arc<MethodSpec>> {
+        self.methods.get(name)
+    }
+
+    /// Every method, sorted by name.
+    pub fn all(&self) -> Vec<Arc<MethodSpec>> {
+        let mut v: Vec<_> = self.methods.values().cloned().collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_spec_method_is_registered_once() {
+        let r = Registry::builtin();
+        assert_eq!(r.all().len(), BUILTIN.len());
+        assert_eq!(r.all().len(), 13 + 34);
+        for name in ["info.getNodeID", "info.getNodeIP", "info.getVMs"] {
+            assert_eq!(r.get(name).unwrap().access, Access::NodeSpecific);
+        }
+        for name in ["platform.exportKey", "platform.listAddresses"] {
+            assert_eq!(r.get(name).unwrap().access, Access::Keystore);
+        }
+        assert_eq!(
+            r.get("platform.getValidatorsAt")
+                .unwrap()
+                .height_param
+                .as_deref(),
+            Some("height")
+        );
+        assert!(r.get("platform.issueTx").unwrap().side_effect);
+    }
+
+    #[test]
+    fn overrides_add_and_change_methods() {
+        let mut o = std::collections::BTreeMap::new();
+        o.insert(
+            "platform.getAllValidatorsAt".to_string(),
+            MethodOverride {
+                height_param: Some("height".into()),
+                ..Default::default()
+            },
+        );
+        o.insert(
+            "info.getVMs".to_string(),
+            MethodOverride {
+                access: Some(Access::Public),
+                ..Default::default()
+            },
+        );
+        let r = Registry::with_overrides(&o);
+        let added = r.get("platform.getAllValidatorsAt").unwrap();
+        assert_eq!(added.family, Family::Platform);
+        assert_eq!(added.access, Access::Public);
+        assert_eq!(r.get("info.getVMs").unwrap().access, Access::Public);
+    }
+
+    #[test]
+    fn paths_map_to_families() {
+        for p in P_CHAIN_PATHS {
+            assert_eq!(family_for_path(p), Some(Family::Platform));
+        }
+        assert_eq!(family_for_path("/ext/info"), Some(Family::Info));
+        assert_eq!(family_for_path("/ext/bc/P/"), None);
+        assert_eq!(family_for_path("/ext/bc/X"), None);
+    }
+}

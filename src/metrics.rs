@@ -1,0 +1,142 @@
+//! Prometheus metrics, served at `GET /metrics` in the text exposition format.
+//!
+//! Names and labels are part of the ops contract (dashboards are built on them): see the README.
+//! Labels never carry secrets or client-chosen strings other than registered method names.
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+/// All of snowgate's collectors.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    /// Calls by method and outcome (`ok`, `rpc_error`, `refused`, `unknown_method`, ...).
+    pub requests: IntCounterVec,
+    /// HTTP requests refused before JSON-RPC (by reason: parse_error, not_found, ...).
+    pub http_rejections: IntCounterVec,
+    /// Attempts sent to an upstream, by upstream and outcome.
+    pub upstream_requests: IntCounterVec,
+    /// Latency of upstream attempts, by upstream.
+    pub upstream_latency: HistogramVec,
+    /// 1 when the upstream takes traffic (healthy and within lag), else 0.
+    pub upstream_healthy: IntGaugeVec,
+    /// Last height each upstream reported.
+    pub upstream_height: IntGaugeVec,
+    /// Requests in flight per upstream.
+    pub upstream_in_flight: IntGaugeVec,
+    /// Best accepted height in the pool.
+    pub best_height: IntGauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every collector.
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "snowgate_requests_total",
+                "JSON-RPC calls by method and outcome",
+            ),
+            &["method", "outcome"],
+        )
+        .expect("static metric definition is valid");
+        let http_rejections = IntCounterVec::new(
+            Opts::new(
+                "snowgate_http_rejections_total",
+                "HTTP requests answered before JSON-RPC dispatch, by reason",
+            ),
+            &["reason"],
+        )
+        .expect("static metric definition is valid");
+        let upstream_requests = IntCounterVec::new(
+            Opts::new(
+                "snowgate_upstream_requests_total",
+                "Requests sent to upstream nodes, by upstream and outcome",
+            ),
+            &["upstream", "outcome"],
+        )
+        .expect("static metric definition is valid");
+        let upstream_latency = HistogramVec::new(
+            HistogramOpts::new(
+                "snowgate_upstream_latency_seconds",
+                "Latency of requests to upstream nodes",
+            )
+            .buckets(vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ]),
+            &["upstream"],
+        )
+        .expect("static metric definition is valid");
+        let upstream_healthy = IntGaugeVec::new(
+            Opts::new(
+                "snowgate_upstream_healthy",
+                "1 when the upstream takes traffic",
+            ),
+            &["upstream"],
+        )
+        .expect("static metric definition is valid");
+        let upstream_height = IntGaugeVec::new(
+            Opts::new(
+                "snowgate_upstream_height",
+                "Last P-chain height reported by the upstream",
+            ),
+            &["upstream"],
+        )
+        .expect("static metric definition is valid");
+        let upstream_in_flight = IntGaugeVec::new(
+            Opts::new(
+                "snowgate_upstream_in_flight",
+                "Requests in flight to the upstream",
+            ),
+            &["upstream"],
+        )
+        .expect("static metric definition is valid");
+        let best_height = IntGauge::new("snowgate_best_height", "Best P-chain height in the pool")
+            .expect("static metric definition is valid");
+        for c in [
+            Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(http_rejections.clone()),
+            Box::new(upstream_requests.clone()),
+            Box::new(upstream_latency.clone()),
+            Box::new(upstream_healthy.clone()),
+            Box::new(upstream_height.clone()),
+            Box::new(upstream_in_flight.clone()),
+            Box::new(best_height.clone()),
+        ] {
+            registry
+                .register(c)
+                .expect("each metric is registered once");
+        }
+        Metrics {
+            registry,
+            requests,
+            http_rejections,
+            upstream_requests,
+            upstream_latency,
+            upstream_healthy,
+            upstream_height,
+            upstream_in_flight,
+            best_height,
+        }
+    }
+
+    /// The registry, for layers that add their own collectors.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(8192);
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        out
+    }
+}

@@ -1,0 +1,641 @@
+//! The upstream pool: the configured nodes, their health, and forwarding a call to one of them.
+//!
+//! * One keep-alive HTTP/1.1 connection pool per node (hyper-util's client) with connect and
+//!   per-attempt timeouts.
+//! * [`health`]: active checks every `[health] interval` plus passive signals from real requests,
+//!   with hysteresis; a node more than `max_lag_blocks` behind the best height takes no traffic.
+//! * [`balance`]: power of two choices over peak-EWMA latency times requests in flight.
+//! * [`Pool::forward`]: failover for reads (transport errors, timeouts, 5xx and garbage answers
+//!   move to another node within `max_attempts` and one deadline), side-effecting calls
+//!   (`issueTx`) re-sent only when the first attempt never connected, height-aware routing.
+//! * [`answer`]: what a node sends back is checked before a client sees it.
+
+pub mod answer;
+pub mod balance;
+pub mod health;
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{header, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use crate::call::{Answer, AnswerKind, CacheStatus, RpcCall};
+use crate::config::{ForwardConfig, HealthConfig, UpstreamConfig};
+use crate::error::ProxyError;
+use crate::methods::Family;
+use crate::metrics::Metrics;
+use balance::PeakEwma;
+use health::{Check, HealthState, Thresholds};
+
+/// Checks a node base URL: `http://host:port` with no path, query or credentials. Returns the
+/// authority to send requests to.
+pub fn parse_base_url(url: &str) -> Result<http::uri::Authority, String> {
+    let uri: Uri = url.parse().map_err(|e| format!("not a URL: {e}"))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some(other) => return Err(format!("scheme {other:?} is not supported (use http)")),
+        None => return Err("missing scheme (use http://host:port)".into()),
+    }
+    let authority = uri.authority().cloned().ok_or("missing host")?;
+    if authority.as_str().contains('@') {
+        return Err("credentials in the URL are not supported".into());
+    }
+    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+        return Err("give the node's base URL only (no path or query)".into());
+    }
+    Ok(authority)
+}
+
+/// Why one attempt on one node failed.
+#[derive(Debug, Clone)]
+enum AttemptError {
+    /// The TCP connection could not be opened: the request never left.
+    Connect(String),
+    /// The connection failed after the request may have been sent.
+    Transport(String),
+    Timeout,
+    /// A non-200 HTTP status (5xx, or 503 "not done bootstrapping").
+    Status(StatusCode, String),
+    /// Not a valid JSON-RPC answer to our request.
+    Garbage(String),
+}
+
+impl AttemptError {
+    fn outcome(&self) -> &'static str {
+        match self {
+            AttemptError::Connect(_) => "connect_error",
+            AttemptError::Transport(_) => "transport_error",
+            AttemptError::Timeout => "timeout",
+            AttemptError::Status(s, _) if s.is_server_error() => "http_5xx",
+            AttemptError::Status(..) => "http_error",
+            AttemptError::Garbage(_) => "bad_answer",
+        }
+    }
+
+    fn into_proxy_error(self, upstream: &str) -> ProxyError {
+        let upstream = upstream.to_string();
+        match self {
+            AttemptError::Timeout => ProxyError::UpstreamTimeout { upstream },
+            AttemptError::Connect(d) | AttemptError::Transport(d) => {
+                ProxyError::UpstreamUnavailable {
+                    upstream,
+                    detail: d,
+                }
+            }
+            AttemptError::Status(s, body) => ProxyError::UpstreamUnavailable {
+                upstream,
+                detail: format!("HTTP {}: {}", s.as_u16(), body.trim_end()),
+            },
+            AttemptError::Garbage(d) => ProxyError::BadUpstreamAnswer {
+                upstream,
+                detail: d,
+            },
+        }
+    }
+}
+
+/// One node behind the gateway.
+pub struct Upstream {
+    /// The configured name.
+    pub name: Arc<str>,
+    authority: http::uri::Authority,
+    client: Client<HttpConnector, Full<Bytes>>,
+    state: Mutex<HealthState>,
+    ewma: Mutex<PeakEwma>,
+    in_flight: AtomicUsize,
+}
+
+impl Upstream {
+    fn new(config: &UpstreamConfig, forward: &ForwardConfig) -> Result<Upstream, String> {
+        let authority = parse_base_url(&config.url)?;
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(forward.connect_timeout));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_max_idle_per_host(forward.pool_max_idle)
+            .build(connector);
+        Ok(Upstream {
+            name: config.name.as_str().into(),
+            authority,
+            client,
+            state: Mutex::new(HealthState::default()),
+            ewma: Mutex::new(PeakEwma::new(Instant::now())),
+            in_flight: AtomicUsize::new(0),
+        })
+    }
+
+    /// Sends one JSON-RPC body to `path` and returns the answer body (HTTP 200 only).
+    async fn post(
+        &self,
+        path: &'static str,
+        body: Vec<u8>,
+        timeout: Duration,
+        max_bytes: usize,
+    ) -> Result<Bytes, AttemptError> {
+        let uri = Uri::builder()
+            .scheme("http")
+            .authority(self.authority.clone())
+            .path_and_query(path)
+            .build()
+            .map_err(|e| AttemptError::Connect(e.to_string()))?;
+        let request = Request::post(uri)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| AttemptError::Connect(e.to_string()))?;
+        let exchange = async {
+            let response = self.client.request(request).await.map_err(|e| {
+                if e.is_connect() {
+                    AttemptError::Connect(error_chain(&e))
+                } else {
+                    AttemptError::Transport(error_chain(&e))
+                }
+            })?;
+            let status = response.status();
+            let body = Limited::new(response.into_body(), max_bytes)
+                .collect()
+                .await
+                .map_err(|e| {
+                    if e.is::<http_body_util::LengthLimitError>() {
+                        AttemptError::Garbage(format!("answer larger than {max_bytes} bytes"))
+                    } else {
+                        AttemptError::Transport(e.to_string())
+                    }
+                })?
+                .to_bytes();
+            if status != StatusCode::OK {
+                let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+                return Err(AttemptError::Status(status, text));
+            }
+            Ok(body)
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(r) => r,
+            Err(_) => Err(AttemptError::Timeout),
+        }
+    }
+
+    fn snapshot(&self) -> HealthState {
+        self.state.lock().clone()
+    }
+
+    fn load(&self) -> f64 {
+        balance::load(
+            self.ewma.lock().estimate_ns(),
+            self.in_flight.load(Ordering::Relaxed),
+        )
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(inner) = cur {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        cur = inner.source();
+    }
+    s
+}
+
+/// The state of one upstream as `/ext/health` shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UpstreamStatus {
+    pub name: String,
+    /// Passing its health checks.
+    pub healthy: bool,
+    /// Healthy and within `max_lag_blocks` of the best height: receives requests.
+    pub takes_traffic: bool,
+    pub bootstrapped: bool,
+    pub height: Option<u64>,
+    pub in_flight: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// The pool's state as `/ext/health` shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolStatus {
+    pub healthy: bool,
+    pub best_height: u64,
+    pub upstreams: Vec<UpstreamStatus>,
+}
+
+/// The configured nodes and how to reach them.
+pub struct Pool {
+    upstreams: Vec<Arc<Upstream>>,
+    best_height: AtomicU64,
+    health: HealthConfig,
+    forward: ForwardConfig,
+    metrics: Metrics,
+    next_id: AtomicU64,
+}
+
+impl Pool {
+    /// Builds the pool (no I/O; call [`Pool::spawn_health_checks`] to start checking).
+    pub fn new(
+        upstreams: &[UpstreamConfig],
+        health: HealthConfig,
+        forward: ForwardConfig,
+        metrics: Metrics,
+    ) -> Result<Pool, String> {
+        let upstreams = upstreams
+            .iter()
+            .map(|u| Upstream::new(u, &forward).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        for u in &upstreams {
+            metrics
+                .upstream_healthy
+                .with_label_values(&[&u.name])
+                .set(0);
+        }
+        Ok(Pool {
+            upstreams,
+            best_height: AtomicU64::new(0),
+            health,
+            forward,
+            metrics,
+            next_id: AtomicU64::new(1),
+        })
+    }
+
+    /// The best accepted height the health checks have seen.
+    pub fn best_height(&self) -> u64 {
+        self.best_height.load(Ordering::Relaxed)
+    }
+
+    /// The upstreams, in configuration order.
+    pub fn upstreams(&self) -> &[Arc<Upstream>] {
+        &self.upstreams
+    }
+
+    /// Finds an upstream by its configured name.
+    pub fn by_name(&self, name: &str) -> Option<&Arc<Upstream>> {
+        self.upstreams.iter().find(|u| &*u.name == name)
+    }
+
+    fn takes_traffic(&self, state: &HealthState) -> bool {
+        state.healthy
+            && health::within_lag(state.height, self.best_height(), self.health.max_lag_blocks)
+    }
+
+    /// The pool's state for `/ext/health`.
+    pub fn status(&self) -> PoolStatus {
+        let upstreams: Vec<UpstreamStatus> = self
+            .upstreams
+            .iter()
+            .map(|u| {
+                let s = u.snapshot();
+                UpstreamStatus {
+                    name: u.name.to_string(),
+                    healthy: s.healthy,
+                    takes_traffic: self.takes_traffic(&s),
+                    bootstrapped: s.bootstrapped,
+                    height: s.height,
+                    in_flight: u.in_flight.load(Ordering::Relaxed),
+                    last_error: s.last_error.clone(),
+                }
+            })
+            .collect();
+        PoolStatus {
+            healthy: upstreams.iter().any(|u| u.takes_traffic),
+            best_height: self.best_height(),
+            upstreams,
+        }
+    }
+
+    /// Indices of the upstreams that may take a request needing `min_height`, minus `tried`.
+    fn candidates(&self, min_height: Option<u64>, tried: &[usize]) -> Vec<usize> {
+        let ready: Vec<(usize, Option<u64>)> = self
+            .upstreams
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !tried.contains(i))
+            .filter_map(|(i, u)| {
+                let s = u.state.lock();
+                self.takes_traffic(&s).then_some((i, s.height))
+            })
+            .collect();
+        if let Some(h) = min_height {
+            let reaching: Vec<usize> = ready
+                .iter()
+                .filter(|(_, height)| height.is_some_and(|x| x >= h))
+                .map(|(i, _)| *i)
+                .collect();
+            if !reaching.is_empty() {
+                return reaching;
+            }
+        }
+        ready.into_iter().map(|(i, _)| i).collect()
+    }
+
+    fn pick(&self, candidates: &[usize]) -> Option<usize> {
+        let loads: Vec<f64> = candidates
+            .iter()
+            .map(|&i| self.upstreams[i].load())
+            .collect();
+        let chosen = balance::pick_p2c(&loads, &mut rand::thread_rng())?;
+        Some(candidates[chosen])
+    }
+
+    /// One attempt on one upstream, with the bookkeeping (in-flight, latency, metrics, passive
+    /// health).
+    async fn attempt(
+        &self,
+        upstream: &Upstream,
+        family: Family,
+        body: Vec<u8>,
+        id: u64,
+        timeout: Duration,
+    ) -> Result<(AnswerKind, Bytes), AttemptError> {
+        let name: &str = &upstream.name;
+        upstream.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .upstream_in_flight
+            .with_label_values(&[name])
+            .inc();
+        let started = Instant::now();
+        let result = upstream
+            .post(
+                family.canonical_path(),
+                body,
+                timeout,
+                self.forward.max_response_bytes,
+            )
+            .await
+            .and_then(|b| answer::check(&b, id).map_err(AttemptError::Garbage));
+        let elapsed = started.elapsed();
+        upstream.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.metrics
+            .upstream_in_flight
+            .with_label_values(&[name])
+            .dec();
+        upstream.ewma.lock().observe(elapsed, Instant::now());
+        self.metrics
+            .upstream_latency
+            .with_label_values(&[name])
+            .observe(elapsed.as_secs_f64());
+        let outcome = match &result {
+            Ok((AnswerKind::Result, _)) => "ok",
+            Ok((AnswerKind::Error, _)) => "rpc_error",
+            Err(e) => e.outcome(),
+        };
+        self.metrics
+            .upstream_requests
+            .with_label_values(&[name, outcome])
+            .inc();
+        if let Err(e) = &result {
+            let why = format!("{}: {e:?}", e.outcome());
+            tracing::warn!(upstream = name, error = ?e, "upstream attempt failed");
+            upstream.state.lock().passive_failure(why);
+            self.metrics
+                .upstream_healthy
+                .with_label_values(&[name])
+                .set(0);
+        }
+        result
+    }
+
+    /// Forwards a call: pick a node, send, check the answer; fail over as the module doc says.
+    pub async fn forward(&self, call: &RpcCall) -> Result<Answer, ProxyError> {
+        let deadline = Instant::now() + self.forward.deadline;
+        let family = call.spec.family;
+        if let Some(pin) = &call.caller.pin {
+            let upstream = self
+                .by_name(pin)
+                .ok_or_else(|| ProxyError::UnknownUpstream(pin.clone()))?;
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let timeout = self.forward.request_timeout;
+            return match self
+                .attempt(upstream, family, call.upstream_body(id), id, timeout)
+                .await
+            {
+                Ok((kind, payload)) => Ok(answer_from(kind, payload, upstream)),
+                Err(e) => Err(e.into_proxy_error(&upstream.name)),
+            };
+        }
+        let min_height = call.requested_height();
+        let mut tried: Vec<usize> = Vec::new();
+        let mut last_error: Option<ProxyError> = None;
+        let mut last_not_found: Option<Answer> = None;
+        for _ in 0..self.forward.max_attempts {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                break;
+            }
+            let candidates = self.candidates(min_height, &tried);
+            let Some(index) = self.pick(&candidates) else {
+                break;
+            };
+            tried.push(index);
+            let upstream = &self.upstreams[index];
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let timeout = remaining.min(self.forward.request_timeout);
+            match self
+                .attempt(upstream, family, call.upstream_body(id), id, timeout)
+                .await
+            {
+                Ok((kind, payload)) => {
+                    let answer = answer_from(kind, payload, upstream);
+                    if self.should_retry_not_found(call, min_height, &answer) {
+                        last_not_found = Some(answer);
+                        continue;
+                    }
+                    return Ok(answer);
+                }
+                Err(e) => {
+                    let never_left = matches!(e, AttemptError::Connect(_));
+                    let err = e.into_proxy_error(&upstream.name);
+                    if call.spec.side_effect && !never_left {
+                        return Err(err);
+                    }
+                    last_error = Some(err);
+                }
+            }
+        }
+        if let Some(answer) = last_not_found {
+            return Ok(answer);
+        }
+        Err(last_error.unwrap_or(ProxyError::NoHealthyUpstream))
+    }
+
+    /// A "not found" for a height the pool has already reached means this node is behind: ask
+    /// another one.
+    fn should_retry_not_found(
+        &self,
+        call: &RpcCall,
+        min_height: Option<u64>,
+        answer: &Answer,
+    ) -> bool {
+        let Some(h) = min_height else { return false };
+        if answer.kind != AnswerKind::Error || h > self.best_height() {
+            return false;
+        }
+        answer::error_message(&answer.payload)
+            .is_some_and(|m| m.contains("not found") || m.contains("unfinalized height"))
+            && call.caller.pin.is_none()
+    }
+
+    /// Starts one health-check task per upstream; they stop when `shutdown` flips to true.
+    pub fn spawn_health_checks(self: &Arc<Self>, shutdown: tokio::sync::watch::Receiver<bool>) {
+        for index in 0..self.upstreams.len() {
+            let pool = Arc::clone(self);
+            let mut shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(pool.health.interval);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tokio::select! {
+                        _ = tick.tick() => {}
+                        _ = shutdown.changed() => return,
+                    }
+                    pool.check_once(index).await;
+                }
+            });
+        }
+    }
+
+    /// Runs one active check of one upstream and updates the pool.
+    pub async fn check_once(&self, index: usize) {
+        let upstream = &self.upstreams[index];
+        let check = self.run_check(upstream).await;
+        let thresholds = Thresholds {
+            failures: self.health.failure_threshold,
+            recoveries: self.health.recovery_threshold,
+        };
+        {
+            let mut s = upstream.state.lock();
+            let was = s.healthy;
+            s.record(check, thresholds);
+            if was != s.healthy {
+                tracing::info!(upstream = %upstream.name, healthy = s.healthy, height = ?s.height, reason = ?s.last_error, "upstream health changed");
+            }
+        }
+        self.refresh_best_height();
+    }
+
+    async fn run_check(&self, upstream: &Upstream) -> Check {
+        let timeout = self.health.timeout;
+        let max = 1024 * 1024;
+        let boot_id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let height_id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let boot_body = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{boot_id},\"method\":\"info.isBootstrapped\",\"params\":{{\"chain\":\"P\"}}}}"
+        );
+        let height_body = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{height_id},\"method\":\"platform.getHeight\",\"params\":{{}}}}"
+        );
+        let (boot, height) = tokio::join!(
+            upstream.post("/ext/info", boot_body.into_bytes(), timeout, max),
+            upstream.post("/ext/bc/P", height_body.into_bytes(), timeout, max),
+        );
+        let field = |r: Result<Bytes, AttemptError>,
+                     id: u64,
+                     name: &str|
+         -> Result<crate::jsonrpc::Json, String> {
+            let body = r.map_err(|e| format!("{}: {e:?}", e.outcome()))?;
+            let (kind, payload) = answer::check(&body, id)?;
+            if kind == AnswerKind::Error {
+                return Err(answer::error_message(&payload).unwrap_or_else(|| "error".into()));
+            }
+            let v = crate::jsonrpc::Json::parse(&payload).map_err(|e| e.to_string())?;
+            v.field(name)
+                .cloned()
+                .ok_or_else(|| format!("no {name} in answer"))
+        };
+        let bootstrapped = match field(boot, boot_id, "isBootstrapped") {
+            Ok(crate::jsonrpc::Json::Bool(b)) => b,
+            Ok(_) => return Check::Failed("isBootstrapped is not a bool".into()),
+            Err(e) => return Check::Failed(format!("info.isBootstrapped: {e}")),
+        };
+        let height = match field(height, height_id, "height") {
+            Ok(crate::jsonrpc::Json::String(s)) => s.parse::<u64>().ok(),
+            Ok(crate::jsonrpc::Json::Number(n)) => n.parse::<u64>().ok(),
+            Ok(_) => None,
+            Err(e) if !bootstrapped => {
+                // A bootstrapping node refuses P-chain calls with a 503: report it as such.
+                tracing::debug!(upstream = %upstream.name, error = %e, "height unavailable while bootstrapping");
+                return Check::Answered {
+                    bootstrapped: false,
+                    height: 0,
+                };
+            }
+            Err(e) => return Check::Failed(format!("platform.getHeight: {e}")),
+        };
+        match height {
+            Some(height) => Check::Answered {
+                bootstrapped,
+                height,
+            },
+            None => Check::Failed("platform.getHeight: height is not a number".into()),
+        }
+    }
+
+    fn refresh_best_height(&self) {
+        let best = self
+            .upstreams
+            .iter()
+            .filter_map(|u| {
+                let s = u.state.lock();
+                (s.bootstrapped && s.fail_streak == 0)
+                    .then_some(s.height)
+                    .flatten()
+            })
+            .max()
+            .unwrap_or(0);
+        // The best height never goes back: a node that dies does not pull it down.
+        let best = self
+            .best_height
+            .fetch_max(best, Ordering::Relaxed)
+            .max(best);
+        self.metrics.best_height.set(best as i64);
+        for u in &self.upstreams {
+            let s = u.state.lock();
+            let name: &str = &u.name;
+            self.metrics
+                .upstream_healthy
+                .with_label_values(&[name])
+                .set(i64::from(self.takes_traffic(&s)));
+            if let Some(h) = s.height {
+                self.metrics
+                    .upstream_height
+                    .with_label_values(&[name])
+                    .set(h as i64);
+            }
+        }
+    }
+}
+
+fn answer_from(kind: AnswerKind, payload: Bytes, upstream: &Upstream) -> Answer {
+    Answer {
+        kind,
+        payload,
+        upstream: Some(upstream.name.clone()),
+        cache: CacheStatus::Bypass,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_urls() {
+        assert!(parse_base_url("http://10.0.0.5:9650").is_ok());
+        assert!(parse_base_url("http://10.0.0.5:9650/").is_ok());
+        assert!(parse_base_url("https://x:1").is_err());
+        assert!(parse_base_url("http://x:1/ext/bc/P").is_err());
+        assert!(parse_base_url("10.0.0.5:9650").is_err());
+        assert!(parse_base_url("http://u:p@x:1").is_err());
+    }
+}

@@ -1,0 +1,296 @@
+//! The gateway speaks the node's wire protocol: routes, HTTP refusals, ids, notifications, and
+//! the node's own error bodies for malformed envelopes; plus snowgate's error table.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+
+const BLOCK: Duration = Duration::from_millis(500);
+
+#[tokio::test]
+async fn unknown_paths_wrong_methods_and_content_types_are_answered_like_a_node() {
+    let c = Cluster::start(1, BLOCK, |_| {}).await;
+    let node = &c.nodes[0];
+    for base in [c.url(), node.url()] {
+        let r = post(
+            &format!("{base}/ext/bc/X"),
+            &call("platform.getHeight", "{}"),
+        )
+        .await;
+        assert_eq!(
+            (r.status, r.body.as_str()),
+            (404, "404 page not found\n"),
+            "{base}"
+        );
+        let r = client()
+            .get(format!("{base}/ext/bc/P"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 405);
+        assert_eq!(
+            r.text().await.unwrap(),
+            "rpc: POST method required, received GET"
+        );
+        let r = client()
+            .post(format!("{base}/ext/info"))
+            .header("content-type", "text/plain")
+            .body(call("info.getNetworkID", "{}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 415);
+        assert_eq!(
+            r.text().await.unwrap(),
+            "rpc: unrecognized Content-Type: text/plain"
+        );
+        let r = client()
+            .post(format!("{base}/ext/info"))
+            .body(call("info.getNetworkID", "{}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 415);
+        assert_eq!(r.text().await.unwrap(), "rpc: unrecognized Content-Type: ");
+    }
+    c.gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn every_p_chain_alias_answers_like_the_node() {
+    let c = Cluster::start(1, Duration::from_secs(60), |_| {}).await;
+    let direct = post(
+        &format!("{}/ext/bc/P", c.nodes[0].url()),
+        &call("platform.getHeight", "{}"),
+    )
+    .await;
+    for path in snowgate::methods::P_CHAIN_PATHS {
+        let r = post(
+            &format!("{}{path}", c.url()),
+            &call("platform.getHeight", "{}"),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{path}");
+        assert_eq!(r.body, direct.body, "{path}");
+    }
+    c.gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn ids_are_echoed_byte_for_byte() {
+    let c = Cluster::start(1, Duration::from_secs(60), |_| {}).await;
+    let cases = [
+        (r#""abc""#, r#""abc""#),
+        ("9223372036854775807", "9223372036854775807"),
+        ("12345678901234567890123", "12345678901234567890123"),
+        ("1.50", "1.50"),
+        (r#"{ "a" : [1, 2] }"#, r#"{"a":[1,2]}"#),
+        (r#""<a&b>""#, r#""\u003ca\u0026b\u003e""#),
+        ("-0", "-0"),
+        ("true", "true"),
+    ];
+    for (sent, echoed) in cases {
+        let body = format!(r#"{{"jsonrpc":"2.0","id":{sent},"method":"platform.getHeight"}}"#);
+        let via_gateway = post(&format!("{}/ext/bc/P", c.url()), &body).await;
+        let direct = post(&format!("{}/ext/bc/P", c.nodes[0].url()), &body).await;
+        assert!(
+            via_gateway.body.ends_with(&format!(",\"id\":{echoed}}}\n")),
+            "{sent}: {}",
+            via_gateway.body
+        );
+        assert_eq!(via_gateway.body, direct.body, "{sent}");
+    }
+    c.gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn notifications_get_an_empty_200() {
+    let c = Cluster::start(1, Duration::from_secs(60), |_| {}).await;
+    for body in [
+        r#"{"jsonrpc":"2.0","method":"platform.getHeight"}"#,
+        r#"{"jsonrpc":"2.0","method":"platform.getHeight","id":null}"#,
+        r#"{"jsonrpc":"2.0","method":"info.getNodeID"}"#,
+        r#"{"jsonrpc":"2.0","method":"platform.nope"}"#,
+        r#"{}"#,
+        "null",
+    ] {
+        let path = if body.contains("info.") {
+            "/ext/info"
+        } else {
+            "/ext/bc/P"
+        };
+        let r = post(&format!("{}{path}", c.url()), body).await;
+        assert_eq!((r.status, r.body.as_str()), (200, ""), "{body}");
+        assert!(r.header("content-type").is_none(), "{body}");
+    }
+    c.gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn malformed_envelopes_get_the_nodes_own_error_bodies() {
+    let c = Cluster::start(1, Duration::from_secs(60), |_| {}).await;
+    let cases = [
+        "",
+        "   ",
+        r#"{"jsonrpc":"2.0","#,
+        "hello",
+        r#"[{"jsonrpc":"2.0","id":1,"method":"platform.getHeight"}]"#,
+        "5",
+        r#""x""#,
+        r#"{"jsonrpc":2.0,"method":"platform.getHeight","id":7}"#,
+        r#"{"jsonrpc":"2.0","method":5,"id":7}"#,
+        r#"{"jsonrpc":"1.0","method":"platform.getHeight","id":7}"#,
+        r#"{"method":"platform.getHeight","id":7,"params":{"a":"<>"}}"#,
+        "\u{feff}{}",
+    ];
+    for body in cases {
+        let via_gateway = post(&format!("{}/ext/bc/P", c.url()), body).await;
+        let direct = post(&format!("{}/ext/bc/P", c.nodes[0].url()), body).await;
+        assert_eq!(via_gateway.status, 200, "{body:?}");
+        assert_eq!(via_gateway.body, direct.body, "{body:?}");
+    }
+    let r = post(&format!("{}/ext/bc/P", c.url()), "hello").await;
+    assert_eq!(
+        r.body,
+        "{\"jsonrpc\":\"2.0\",\"error\":{\"code\":-32700,\"message\":\"invalid character 'h' looking for beginning of value\",\"data\":{\"jsonrpc\":\"\",\"method\":\"\",\"params\":null,\"id\":null}},\"id\":null}\n"
+    );
+    c.gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_error_table() {
+    let c = Cluster::start(1, Duration::from_secs(60), |_| {}).await;
+    let p = format!("{}/ext/bc/P", c.url());
+    let info = format!("{}/ext/info", c.url());
+
+    let r = post(&info, &call("info.getNodeID", "{}")).await;
+    assert_eq!(r.status, 200);
+    let e = &r.json()["error"];
+    assert_eq!(e["code"], -32601);
+    assert!(
+        e["message"].as_str().unwrap().contains("info.getNodeID"),
+        "{e}"
+    );
+    assert_eq!(r.json()["id"], 1);
+
+    let r = post(&p, &call("platform.nope", "{}")).await;
+    assert_eq!(
+        (r.status, r.json()["error"]["code"].as_i64()),
+        (200, Some(-32601))
+    );
+    assert!(r.body.contains("platform.nope"), "{}", r.body);
+
+    let r = post(&p, &call("info.getNetworkID", "{}")).await;
+    assert_eq!(
+        (r.status, r.json()["error"]["code"].as_i64()),
+        (200, Some(-32601))
+    );
+    assert!(r.body.contains("/ext/info"), "{}", r.body);
+
+    let r = post(
+        &p,
+        r#"{"jsonrpc":"2.0","id":"x","method":"platform.getHeight","METHOD":"platform.exportKey"}"#,
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.json()["error"]["code"].as_i64()),
+        (200, Some(-32600))
+    );
+    assert_eq!(r.json()["id"], "x");
+
+    c.gateway.shutdown().await;
+
+    // No healthy upstream: a node that is not there.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_url = format!("http://{}", dead.local_addr().unwrap());
+    drop(dead);
+    let mut config = snowgate::Config::default();
+    config.server.listen = "127.0.0.1:0".parse().unwrap();
+    config.upstreams = vec![snowgate::config::UpstreamConfig {
+        name: "gone".into(),
+        url: dead_url,
+    }];
+    let gw = snowgate::Gateway::start(config).await.unwrap();
+    let r = post(
+        &format!("{}/ext/bc/P", gw.url()),
+        r#"{"jsonrpc":"2.0","id":"q","method":"platform.getHeight"}"#,
+    )
+    .await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.json()["error"]["code"], -32603);
+    assert_eq!(r.json()["id"], "q");
+    let h = client()
+        .get(format!("{}/ext/health", gw.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(h.status().as_u16(), 503);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn health_and_metrics_endpoints() {
+    let c = Cluster::start(2, Duration::from_secs(60), |_| {}).await;
+    let r = client()
+        .get(format!("{}/ext/health", c.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v["healthy"], true);
+    assert_eq!(v["upstreams"].as_array().unwrap().len(), 2);
+    assert!(v["upstreams"][0]["height"].as_u64().unwrap() > 0);
+    assert!(
+        !v.to_string().contains("127.0.0.1"),
+        "node addresses are not exposed: {v}"
+    );
+    post(
+        &format!("{}/ext/bc/P", c.url()),
+        &call("platform.getHeight", "{}"),
+    )
+    .await;
+    let m = client()
+        .get(format!("{}/metrics", c.url()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for name in [
+        "snowgate_requests_total{method=\"platform.getHeight\",outcome=\"ok\"} 1",
+        "snowgate_upstream_requests_total",
+        "snowgate_upstream_latency_seconds_bucket",
+        "snowgate_upstream_healthy{upstream=\"node-0\"} 1",
+        "snowgate_upstream_height{upstream=\"node-1\"}",
+        "snowgate_best_height",
+    ] {
+        assert!(m.contains(name), "{name} missing from:\n{m}");
+    }
+    c.gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn http2_cleartext_is_served() {
+    let c = Cluster::start(1, Duration::from_secs(60), |_| {}).await;
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .no_proxy()
+        .build()
+        .unwrap();
+    let r = h2
+        .post(format!("{}/ext/bc/P", c.url()))
+        .header("content-type", "application/json")
+        .body(call("platform.getHeight", "{}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.version(), reqwest::Version::HTTP_2);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert!(v["result"]["height"].is_string());
+    c.gateway.shutdown().await;
+}

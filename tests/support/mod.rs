@@ -1,0 +1,136 @@
+//! Shared helpers for the integration tests: a simulated network of devnodes on 127.0.0.1:0 with
+//! the gateway in front, and a small HTTP client.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use snowgate::config::{Config, UpstreamConfig};
+use snowgate::devnode::{ChainConfig, DevNode, DevNodeConfig, Network};
+use snowgate::Gateway;
+
+/// The admin key the test gateways accept.
+pub const ADMIN_KEY: &str = "test-admin-key-0123456789";
+
+/// Devnodes sharing one chain, and a gateway in front of them.
+pub struct Cluster {
+    pub network: Network,
+    pub nodes: Vec<DevNode>,
+    pub gateway: Gateway,
+}
+
+impl Cluster {
+    /// `n` devnodes (blocks every `block_interval`) behind a gateway; `tweak` adjusts the config.
+    pub async fn start(
+        n: usize,
+        block_interval: Duration,
+        tweak: impl FnOnce(&mut Config),
+    ) -> Cluster {
+        let network = Network::start(ChainConfig {
+            network_id: 12345,
+            seed: 1,
+            block_interval,
+        });
+        let mut nodes = Vec::new();
+        for i in 0..n {
+            let node = DevNode::spawn_in(
+                network.clone(),
+                DevNodeConfig {
+                    node_index: i as u32,
+                    block_interval,
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+            nodes.push(node);
+        }
+        let mut config = Config::default();
+        config.server.listen = "127.0.0.1:0".parse().unwrap();
+        config.upstreams = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| UpstreamConfig {
+                name: format!("node-{i}"),
+                url: n.url(),
+            })
+            .collect();
+        config.admin.api_keys = vec![ADMIN_KEY.to_string()];
+        config.health.interval = Duration::from_millis(100);
+        config.health.timeout = Duration::from_millis(300);
+        tweak(&mut config);
+        let gateway = Gateway::start(config).await.unwrap();
+        Cluster {
+            network,
+            nodes,
+            gateway,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        self.gateway.url()
+    }
+}
+
+/// An HTTP answer, body as text.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {:?}", self.body))
+    }
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .no_proxy()
+        .build()
+        .unwrap()
+}
+
+/// POSTs `body` with `Content-Type: application/json` and extra headers.
+pub async fn post_with(url: &str, body: &str, headers: &[(&str, &str)]) -> Reply {
+    let mut req = client()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let r = req.send().await.unwrap();
+    Reply {
+        status: r.status().as_u16(),
+        headers: r.headers().clone(),
+        body: r.text().await.unwrap(),
+    }
+}
+
+/// POSTs `body` with `Content-Type: application/json`.
+pub async fn post(url: &str, body: &str) -> Reply {
+    post_with(url, body, &[]).await
+}
+
+/// A JSON-RPC call body with id 1.
+pub fn call(method: &str, params: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{params}}}"#)
+}
+
+/// Polls `cond` every 20 ms for at most `limit`.
+pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cond()
+}
