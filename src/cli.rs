@@ -187,9 +187,9 @@ fn print_demo_help(url: &str, nodes: &[DevNode], names: &[&str]) {
             r#"{"jsonrpc":"2.0","id":2,"method":"info.getNodeID"}"#
         )
     );
+    let pinned = r#"{"jsonrpc":"2.0","id":3,"method":"info.getNodeID"}"#;
     println!(
-        "  curl -s {url}/ext/info -H 'Content-Type: application/json' -H 'Authorization: Bearer {DEMO_ADMIN_KEY}' -H 'X-Snowgate-Upstream: node-b' -d '{body}'",
-        body = r#"{"jsonrpc":"2.0","id":3,"method":"info.getNodeID"}"#
+        "  curl -s {url}/ext/info -H 'Content-Type: application/json' -H 'Authorization: Bearer {DEMO_ADMIN_KEY}' -H 'X-Snowgate-Upstream: node-b' -d '{pinned}'"
     );
     println!("  curl -s {url}/ext/health");
     println!("  curl -s {url}/metrics | grep snowgate_");
