@@ -32,6 +32,8 @@ pub struct RpcCall {
     /// The client's id, raw; `None` for a notification.
     pub id: Option<Bytes>,
     pub caller: Caller,
+    /// Set by the cache for head-class calls: prefer nodes that reached this height.
+    pub route_min_height: Option<u64>,
 }
 
 impl RpcCall {
@@ -101,6 +103,8 @@ pub struct Answer {
     pub payload: Bytes,
     /// The upstream that answered (`None` when it came from the cache).
     pub upstream: Option<Arc<str>>,
+    /// That upstream's last known height when it answered.
+    pub upstream_height: Option<u64>,
     pub cache: CacheStatus,
 }
 

@@ -27,6 +27,8 @@ pub struct Config {
     pub upstream: ForwardConfig,
     #[serde(default)]
     pub admin: AdminConfig,
+    #[serde(default)]
+    pub cache: crate::cache::CacheConfig,
     /// Per-method additions and overrides of the built-in registry, keyed by method name:
     /// `[methods."platform.getAllValidatorsAt"] family = "platform"`.
     #[serde(default)]
@@ -249,6 +251,15 @@ impl Config {
         }
         if self.server.max_body_bytes == 0 {
             return bad("server.max_body_bytes", "must be greater than zero");
+        }
+        if self.cache.max_bytes < 1024 * 1024 {
+            return bad("cache.max_bytes", "must be at least 1 MiB");
+        }
+        if self.cache.head_ttl.is_zero()
+            || self.cache.volatile_ttl.is_zero()
+            || self.cache.network_ttl.is_zero()
+        {
+            return bad("cache", "TTLs must be greater than zero");
         }
         if self.admin.api_keys.iter().any(|k| k.len() < 16) {
             return bad("admin.api_keys", "every key must be at least 16 characters");

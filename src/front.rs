@@ -22,6 +22,9 @@ use crate::policy::AdminKeys;
 use crate::stack::RpcService;
 use crate::upstream::Pool;
 
+/// The admin endpoint that purges the answer cache (`?method=NAME` for one method).
+pub const PURGE_PATH: &str = "/snowgate/cache/purge";
+
 /// The header an admin caller uses to pin a call to one upstream.
 pub const PIN_HEADER: &str = "x-snowgate-upstream";
 
@@ -31,6 +34,8 @@ pub struct Front {
     pub admin: AdminKeys,
     pub pool: Arc<Pool>,
     pub rpc: RpcService,
+    /// The answer cache, for the admin purge endpoint (`None` when disabled).
+    pub cache: Option<Arc<crate::cache::AnswerCache>>,
     pub metrics: Metrics,
     pub max_body_bytes: usize,
 }
@@ -84,6 +89,7 @@ impl Front {
                     );
                     r
                 }
+                PURGE_PATH => self.purge(&req).await,
                 _ => self.reject(
                     "not_found",
                     text(StatusCode::NOT_FOUND, "404 page not found\n"),
@@ -146,6 +152,51 @@ impl Front {
             }
         };
         self.rpc(family, &path, &body, caller).await
+    }
+
+    /// `POST /snowgate/cache/purge[?method=NAME]`, admin only.
+    async fn purge<B>(&self, req: &Request<B>) -> HttpResponse {
+        if req.method() != Method::POST {
+            return text(StatusCode::METHOD_NOT_ALLOWED, "use POST\n");
+        }
+        if !self.admin.authorizes(
+            req.headers()
+                .get(header::AUTHORIZATION)
+                .map(|v| v.as_bytes()),
+        ) {
+            let mut r = text(StatusCode::UNAUTHORIZED, "admin key required\n");
+            r.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return self.reject("unauthorized", r);
+        }
+        let method = req.uri().query().and_then(|q| {
+            q.split('&')
+                .find_map(|kv| kv.strip_prefix("method="))
+                .map(str::to_string)
+        });
+        if let Some(m) = &method {
+            if self.registry.get(m).is_none() {
+                return text(StatusCode::BAD_REQUEST, format!("unknown method {m:?}\n"));
+            }
+        }
+        let Some(cache) = &self.cache else {
+            return json(
+                StatusCode::OK,
+                "{\"purged\":false,\"reason\":\"cache disabled\"}\n",
+            );
+        };
+        match cache.purge(method.as_deref()).await {
+            Ok(()) => {
+                tracing::info!(method = method.as_deref().unwrap_or("*"), "cache purged");
+                let scope = method.unwrap_or_else(|| "*".into());
+                let body = format!(
+                    "{{\"purged\":true,\"method\":{}}}\n",
+                    serde_json::Value::from(scope)
+                );
+                json(StatusCode::OK, body)
+            }
+            Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+        }
     }
 
     fn reject(&self, reason: &str, r: HttpResponse) -> HttpResponse {
@@ -223,6 +274,7 @@ impl Front {
             params: decoded.envelope.params,
             id: decoded.envelope.id.map(Bytes::from),
             caller,
+            route_min_height: None,
         };
         let name = call.spec.name.clone();
         let client_id = call.id.clone();

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::cache::AnswerCache;
 use crate::config::Config;
 use crate::front::Front;
 use crate::methods::Registry;
@@ -19,6 +20,7 @@ use crate::upstream::Pool;
 pub struct Gateway {
     addr: SocketAddr,
     pool: Arc<Pool>,
+    cache: Option<Arc<AnswerCache>>,
     metrics: Metrics,
     stop: watch::Sender<bool>,
     done: tokio::task::JoinHandle<()>,
@@ -52,10 +54,15 @@ impl Gateway {
         let first_round = (0..pool.upstreams().len()).map(|i| pool.check_once(i));
         futures_util::future::join_all(first_round).await;
         pool.spawn_health_checks(stop_rx.clone());
+        let cache = config
+            .cache
+            .enabled
+            .then(|| AnswerCache::new(&config.cache, pool.clone(), &metrics));
         let front = Arc::new(Front {
             registry: Registry::with_overrides(&config.methods),
             admin: AdminKeys::new(&config.admin.api_keys),
-            rpc: crate::stack::rpc_stack(pool.clone()),
+            rpc: crate::stack::rpc_stack(pool.clone(), cache.clone()),
+            cache: cache.clone(),
             pool: pool.clone(),
             metrics: metrics.clone(),
             max_body_bytes: config.server.max_body_bytes,
@@ -73,6 +80,7 @@ impl Gateway {
         Ok(Gateway {
             addr,
             pool,
+            cache,
             metrics,
             stop,
             done,
@@ -92,6 +100,11 @@ impl Gateway {
     /// The upstream pool.
     pub fn pool(&self) -> &Arc<Pool> {
         &self.pool
+    }
+
+    /// The answer cache (`None` when disabled).
+    pub fn cache(&self) -> Option<&Arc<AnswerCache>> {
+        self.cache.as_ref()
     }
 
     /// The metrics.

@@ -12,6 +12,7 @@
 //!
 //! [`devnode`] is the simulated avalanchego that tests, benchmarks and the demo run against.
 
+pub mod cache;
 pub mod call;
 pub mod cli;
 pub mod config;

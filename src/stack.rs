@@ -20,6 +20,7 @@ use std::task::{Context, Poll};
 use tower::util::BoxCloneSyncService;
 use tower::{Service, ServiceBuilder};
 
+use crate::cache::{AnswerCache, CacheLayer};
 use crate::call::{Answer, RpcCall};
 use crate::error::ProxyError;
 use crate::policy::PolicyLayer;
@@ -28,11 +29,13 @@ use crate::upstream::Pool;
 /// The JSON-RPC part of the stack, type-erased.
 pub type RpcService = BoxCloneSyncService<RpcCall, Answer, ProxyError>;
 
-/// Composes the JSON-RPC layers over the pool.
-pub fn rpc_stack(pool: Arc<Pool>) -> RpcService {
+/// Composes the JSON-RPC layers over the pool; `cache` is `None` when `[cache] enabled = false`.
+pub fn rpc_stack(pool: Arc<Pool>, cache: Option<Arc<AnswerCache>>) -> RpcService {
     let service = ServiceBuilder::new()
         // Refuse before anything costs: a refused call never reaches an upstream.
         .layer(PolicyLayer)
+        // Hits are answered here and never reach the pool; misses are coalesced.
+        .option_layer(cache.map(CacheLayer::new))
         .service(Forward { pool });
     BoxCloneSyncService::new(service)
 }

@@ -424,7 +424,7 @@ impl Pool {
                 Err(e) => Err(e.into_proxy_error(&upstream.name)),
             };
         }
-        let min_height = call.requested_height();
+        let min_height = call.requested_height().max(call.route_min_height);
         let mut tried: Vec<usize> = Vec::new();
         let mut last_error: Option<ProxyError> = None;
         let mut last_not_found: Option<Answer> = None;
@@ -621,6 +621,7 @@ fn answer_from(kind: AnswerKind, payload: Bytes, upstream: &Upstream) -> Answer 
         kind,
         payload,
         upstream: Some(upstream.name.clone()),
+        upstream_height: upstream.state.lock().height,
         cache: CacheStatus::Bypass,
     }
 }

@@ -1,0 +1,227 @@
+//! Canonical cache keys: two requests a node reads the same way get the same key, two it reads
+//! differently never do.
+//!
+//! A node decodes params into a Go struct, so the key follows Go's reading of them:
+//! * `params` as `[object]` is the object; absent, `null` and `[]` are no params;
+//! * member names match case-insensitively (folded), and member order and whitespace do not matter;
+//! * a member set to `null` is the same as an absent one (Go leaves the zero value);
+//! * `encoding`: letter case does not matter, and `"hex"` is the default;
+//! * `subnetID`: the Primary Network ID is the zero ID, the same as omitting it;
+//! * `json.Uint64`-style fields (`height`, `limit`, `size`, `startTime`, `endTime`) accept `5`,
+//!   `"5"` and `"05"` alike.
+//!
+//! Everything else is kept exactly, so requests that might be read differently stay apart
+//! (`hex` and `json` encodings are different entries; address order is kept).
+
+use crate::jsonrpc::gojson::{fold_key, write_go_string};
+use crate::jsonrpc::Json;
+
+/// The Primary Network's ID, which is also Go's zero `ids.ID`.
+pub const PRIMARY_NETWORK_ID: &str = "11111111111111111111111111111111LpoYY";
+
+/// Folded names of the fields a node decodes as unsigned integers that may be quoted.
+const UINT_FIELDS: [&str; 5] = ["HEIGHT", "LIMIT", "SIZE", "STARTTIME", "ENDTIME"];
+
+/// The canonical text of a call's params (`""` when there are none).
+pub fn canonical_params(params: Option<&Json>) -> String {
+    let mut out = String::new();
+    let obj = match params {
+        None | Some(Json::Null) => return out,
+        Some(Json::Array(items)) => match items.first() {
+            None => return out,
+            Some(first @ Json::Object(_)) => first,
+            // Positional scalars: the node refuses them; keep them apart exactly.
+            Some(_) => {
+                out.push('!');
+                if let Some(p) = params {
+                    p.encode_into(&mut out);
+                }
+                return out;
+            }
+        },
+        Some(other) => other,
+    };
+    write_canonical(&mut out, obj, true);
+    if out == "{}" {
+        // No members (or only defaults): the same as no params.
+        out.clear();
+    }
+    out
+}
+
+fn write_canonical(out: &mut String, value: &Json, top: bool) {
+    match value {
+        Json::Object(members) => {
+            // Folded names, last duplicate wins (as Go), nulls dropped, then sorted.
+            let mut fields: Vec<(String, &Json)> = Vec::with_capacity(members.len());
+            for (k, v) in members {
+                let folded = fold_key(k);
+                fields.retain(|(f, _)| *f != folded);
+                fields.push((folded, v));
+            }
+            fields.retain(|(k, v)| !(v.is_null() || (top && is_default(k, v))));
+            fields.sort_by(|a, b| a.0.cmp(&b.0));
+            out.push('{');
+            for (i, (k, v)) in fields.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_go_string(out, k);
+                out.push(':');
+                match (top, k.as_str(), v) {
+                    (true, "ENCODING", Json::String(s)) => {
+                        write_go_string(out, &s.to_ascii_lowercase());
+                    }
+                    (true, name, v) if UINT_FIELDS.contains(&name) => write_uint(out, v),
+                    _ => write_canonical(out, v, false),
+                }
+            }
+            out.push('}');
+        }
+        Json::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(out, item, false);
+            }
+            out.push(']');
+        }
+        other => other.encode_into(out),
+    }
+}
+
+/// A top-level member whose value is what the node assumes when it is omitted.
+fn is_default(folded: &str, value: &Json) -> bool {
+    match (folded, value) {
+        ("ENCODING", Json::String(s)) => s.eq_ignore_ascii_case("hex"),
+        ("SUBNETID", Json::String(s)) => s == PRIMARY_NETWORK_ID,
+        _ => false,
+    }
+}
+
+/// A uint field: `5`, `"5"` and `"05"` all become `5`; anything else is kept as written.
+fn write_uint(out: &mut String, value: &Json) {
+    let digits = match value {
+        Json::Number(n) => Some(&**n),
+        Json::String(s) => Some(s.as_str()),
+        _ => None,
+    };
+    match digits.and_then(|d| {
+        (!d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| d.parse::<u64>().ok())
+            .flatten()
+    }) {
+        Some(n) => out.push_str(&n.to_string()),
+        None => write_canonical(out, value, false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn key(params: &str) -> String {
+        let v = Json::parse(params.as_bytes()).unwrap();
+        canonical_params(Some(&v))
+    }
+
+    #[test]
+    fn equivalent_forms_share_a_key() {
+        let base = key(r#"{"blockID":"abc","encoding":"json"}"#);
+        for other in [
+            r#"{"encoding":"json","blockID":"abc"}"#,
+            r#"[{"encoding":"JSON","blockID":"abc"}]"#,
+            r#" { "BLOCKID" : "abc" , "Encoding" : "Json" } "#,
+            r#"{"blockID":"abc","encoding":"json","x":null}"#,
+        ] {
+            assert_eq!(key(other), base, "{other}");
+        }
+        assert_eq!(
+            key(r#"{"txID":"t","encoding":"hex"}"#),
+            key(r#"{"txID":"t"}"#)
+        );
+        assert_eq!(
+            key(r#"{"txID":"t","encoding":"HEX"}"#),
+            key(r#"{"txID":"t"}"#)
+        );
+        assert_eq!(
+            key(r#"{"height":5,"subnetID":"11111111111111111111111111111111LpoYY"}"#),
+            key(r#"{"height":"05"}"#)
+        );
+        assert_eq!(canonical_params(None), key("[]"));
+        assert_eq!(canonical_params(None), key("null"));
+        assert_eq!(canonical_params(None), key("{}"));
+    }
+
+    #[test]
+    fn different_readings_never_share() {
+        assert_ne!(
+            key(r#"{"txID":"t","encoding":"json"}"#),
+            key(r#"{"txID":"t"}"#)
+        );
+        assert_ne!(key(r#"{"height":5}"#), key(r#"{"height":6}"#));
+        assert_ne!(key(r#"{"height":"proposed"}"#), key(r#"{"height":5}"#));
+        assert_ne!(
+            key(r#"{"addresses":["a","b"]}"#),
+            key(r#"{"addresses":["b","a"]}"#)
+        );
+        assert_ne!(key(r#"{"txID":"abc"}"#), key(r#"{"txID":"ABC"}"#));
+        assert_ne!(key(r#"{"subnetID":"x"}"#), key(r#"{}"#));
+        assert_ne!(key(r#"[5]"#), key(r#"{}"#));
+        assert_ne!(key(r#"{"height":5.0}"#), key(r#"{"height":5}"#));
+    }
+
+    fn arb_scalar() -> impl Strategy<Value = Json> {
+        prop_oneof![
+            Just(Json::Null),
+            any::<bool>().prop_map(Json::Bool),
+            any::<u32>().prop_map(|n| Json::Number(n.to_string().into())),
+            "[a-zA-Z0-9]{0,8}".prop_map(Json::String),
+        ]
+    }
+
+    fn arb_object() -> impl Strategy<Value = Vec<(String, Json)>> {
+        proptest::collection::btree_map("[a-z]{1,6}", arb_scalar(), 0..6)
+            .prop_map(|m| m.into_iter().collect())
+    }
+
+    proptest! {
+        #[test]
+        fn member_order_whitespace_case_and_wrapping_do_not_change_the_key(
+            members in arb_object(),
+            seed in any::<u64>(),
+        ) {
+            let original = Json::Object(members.clone());
+            let mut shuffled = members.clone();
+            // Deterministic shuffle and case change from the seed.
+            let n = shuffled.len();
+            for i in 0..n {
+                let j = ((seed >> (i % 60)) as usize + i) % n.max(1);
+                shuffled.swap(i, j);
+            }
+            let recased: Vec<(String, Json)> = shuffled
+                .into_iter()
+                .enumerate()
+                .map(|(i, (k, v))| if (seed >> i) & 1 == 1 { (k.to_uppercase(), v) } else { (k, v) })
+                .collect();
+            let variant = Json::Array(vec![Json::Object(recased)]);
+            let spaced = format!(" {} ", variant.encode().replace(',', " , ").replace(':', " : "));
+            let reparsed = Json::parse(spaced.as_bytes()).unwrap();
+            prop_assert_eq!(canonical_params(Some(&original)), canonical_params(Some(&reparsed)));
+        }
+
+        #[test]
+        fn a_changed_value_changes_the_key(members in arb_object(), extra in "[a-z]{1,6}") {
+            prop_assume!(!members.is_empty());
+            let mut changed = members.clone();
+            changed[0].1 = Json::String(format!("{extra}-changed"));
+            prop_assert_ne!(
+                canonical_params(Some(&Json::Object(members))),
+                canonical_params(Some(&Json::Object(changed)))
+            );
+        }
+    }
+}
