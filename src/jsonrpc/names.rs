@@ -14,8 +14,8 @@ pub struct LookupError(pub String);
 /// Maps a wire method name to the Go method name a node looks up, checking it against the one
 /// service registered at the path (`"info"` or `"platform"`). `has_method` answers whether the
 /// service has a Go method of that (case-sensitive) name.
-pub fn resolve<'a>(
-    wire: &'a str,
+pub fn resolve(
+    wire: &str,
     service: &str,
     has_method: impl Fn(&str) -> bool,
 ) -> Result<String, LookupError> {
