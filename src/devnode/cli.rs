@@ -1,9 +1,10 @@
-//! `snowgate devnode`: run one simulated node from the command line.
+//! `snowgate devnode`: run one simulated node from the command line, optionally with faults in
+//! force from the start (they can be changed later at its control endpoint, `/_devnode`).
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::{DevNode, DevNodeConfig};
+use super::{DevNode, DevNodeConfig, Faults};
 
 /// Flags of `snowgate devnode`.
 #[derive(Debug, clap::Args)]
@@ -20,19 +21,104 @@ pub struct DevnodeArgs {
     /// Seed of the deterministic chain state.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Index of this node in its network: picks its node ID.
+    #[arg(long, default_value_t = 0)]
+    pub node_index: u32,
+    /// Fault: fixed delay added to every answer (e.g. "50ms").
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub latency: Duration,
+    /// Fault: extra delay drawn uniformly from [0, jitter] per request.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub jitter: Duration,
+    /// Fault: fraction of requests answered HTTP 500 (0 to 1).
+    #[arg(long, default_value_t = 0.0, value_parser = fraction)]
+    pub error_rate: f64,
+    /// Fault: fraction of requests whose connection is closed without an answer (0 to 1).
+    #[arg(long, default_value_t = 0.0, value_parser = fraction)]
+    pub drop_rate: f64,
+    /// Fault: start frozen (a lagging node: its height stops until unfrozen).
+    #[arg(long)]
+    pub frozen: bool,
+    /// Fault: start bootstrapping (P-chain routes answer 503, health unhealthy).
+    #[arg(long)]
+    pub bootstrapping: bool,
+}
+
+impl DevnodeArgs {
+    /// The node's configuration.
+    pub fn config(&self) -> DevNodeConfig {
+        DevNodeConfig {
+            listen: self.listen,
+            network_id: self.network_id,
+            block_interval: self.block_interval,
+            seed: self.seed,
+            node_index: self.node_index,
+            faults: Faults {
+                latency: self.latency,
+                jitter: self.jitter,
+                error_rate: self.error_rate,
+                drop_rate: self.drop_rate,
+                hang: false,
+                frozen: self.frozen,
+                bootstrapping: self.bootstrapping,
+            },
+        }
+    }
+}
+
+fn fraction(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{v} is not between 0 and 1"))
+    }
 }
 
 /// Runs a devnode until Ctrl-C.
 pub async fn run(args: DevnodeArgs) -> anyhow::Result<()> {
-    let node = DevNode::spawn(DevNodeConfig {
-        listen: args.listen,
-        network_id: args.network_id,
-        block_interval: args.block_interval,
-        seed: args.seed,
-        ..Default::default()
-    })
-    .await?;
-    tracing::info!(addr = %node.addr(), "devnode listening");
+    let node = DevNode::spawn(args.config()).await?;
+    tracing::info!(
+        addr = %node.addr(),
+        node_id = node.node_id(),
+        control = %format!("{}/_devnode", node.url()),
+        "devnode listening"
+    );
     tokio::signal::ctrl_c().await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: DevnodeArgs,
+    }
+
+    #[test]
+    fn fault_flags_reach_the_config() {
+        let cli = Cli::try_parse_from([
+            "devnode",
+            "--listen",
+            "127.0.0.1:0",
+            "--latency",
+            "20ms",
+            "--error-rate",
+            "0.25",
+            "--frozen",
+            "--node-index",
+            "2",
+        ])
+        .unwrap();
+        let config = cli.args.config();
+        assert_eq!(config.faults.latency, Duration::from_millis(20));
+        assert_eq!(config.faults.error_rate, 0.25);
+        assert!(config.faults.frozen && !config.faults.bootstrapping);
+        assert_eq!(config.node_index, 2);
+        assert!(Cli::try_parse_from(["devnode", "--drop-rate", "2"]).is_err());
+    }
 }

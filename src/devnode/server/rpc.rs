@@ -1,0 +1,150 @@
+//! gorilla/rpc v2 with avalanchego's json2 codec, for one service at one route: the 405/415 texts
+//! checked before the body is read, the envelope decoded with a node's rules ([`jsonrpc::decode`]),
+//! the method name mapped ([`names::resolve`]), the call counted and run, and the answer written
+//! as a node writes it: every JSON-RPC error HTTP 200, notifications answered with an empty body,
+//! `X-Content-Type-Options: nosniff` only once the method actually ran.
+
+use bytes::Bytes;
+use http::{header, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+
+use super::health;
+use super::reply::{self, Resp, NOSNIFF};
+use super::NodeState;
+use crate::devnode::chain::{CallError, Chain, BAD_ARGS};
+use crate::jsonrpc::{self, names, response, Json, Verdict};
+
+/// Bodies larger than this are refused (413) instead of buffered: a devnode is a test tool, not a
+/// sink for arbitrary uploads.
+const MAX_BODY: usize = 16 << 20;
+
+/// The gorilla service registered at a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Service {
+    /// `info.*` at `/ext/info`.
+    Info,
+    /// `platform.*` at the five P-chain routes.
+    Platform,
+    /// `health.*` for POST `/ext/health`.
+    Health,
+}
+
+impl Service {
+    /// The name gorilla registered the service under.
+    fn name(self) -> &'static str {
+        match self {
+            Service::Info => "info",
+            Service::Platform => "platform",
+            Service::Health => "health",
+        }
+    }
+
+    fn has_method(self, go_method: &str) -> bool {
+        match self {
+            Service::Health => health::has_method(go_method),
+            s => Chain::has_method(s.name(), go_method),
+        }
+    }
+}
+
+/// Serves one JSON-RPC request to `service`.
+pub async fn serve(node: &NodeState, req: Request<Incoming>, service: Service) -> Resp {
+    if req.method() != Method::POST {
+        return reply::rpc_error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("rpc: POST method required, received {}", req.method()),
+        );
+    }
+    // gorilla: the part before `;`, looked up lower-cased; the message shows it as sent.
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .map_or(&b""[..], |v| v.as_bytes());
+    let media = content_type
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or_default();
+    if !media.eq_ignore_ascii_case(b"application/json") {
+        let mut msg = b"rpc: unrecognized Content-Type: ".to_vec();
+        msg.extend_from_slice(media);
+        return reply::rpc_error(StatusCode::UNSUPPORTED_MEDIA_TYPE, msg);
+    }
+    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => return reply::bare(StatusCode::PAYLOAD_TOO_LARGE),
+    };
+    answer(node, service, &body)
+}
+
+/// Decodes, dispatches and writes the answer for a request body.
+fn answer(node: &NodeState, service: Service, body: &[u8]) -> Resp {
+    let decoded = jsonrpc::decode(body);
+    let env = &decoded.envelope;
+    let id = env.id.as_deref();
+    let (out, ran) = match decoded.verdict() {
+        // Parse errors are answered even without an id.
+        Verdict::ParseError(msg) => {
+            let data = decoded.error_data();
+            return json_answer(response::error(-32700, &msg, Some(&data), id), false);
+        }
+        Verdict::InvalidVersion => {
+            let data = decoded.error_data();
+            (
+                response::error(-32600, "jsonrpc must be 2.0", Some(&data), id),
+                false,
+            )
+        }
+        Verdict::Call => {
+            node.calls.record(&env.method);
+            dispatch(node, service, &env.method, env.params.as_ref(), id)
+        }
+    };
+    if id.is_none() {
+        // A notification: the method ran (if it could), nothing is written.
+        let mut r = reply::bare(StatusCode::OK);
+        if ran {
+            r.headers_mut()
+                .insert(header::X_CONTENT_TYPE_OPTIONS, NOSNIFF);
+        }
+        return r;
+    }
+    json_answer(out, ran)
+}
+
+/// Resolves and runs the method; returns the body and whether the method ran.
+fn dispatch(
+    node: &NodeState,
+    service: Service,
+    method: &str,
+    params: Option<&Json>,
+    id: Option<&[u8]>,
+) -> (Vec<u8>, bool) {
+    let go_method = match names::resolve(method, service.name(), |m| service.has_method(m)) {
+        Ok(m) => m,
+        Err(e) => return (response::error(-32000, &e.0, None, id), false),
+    };
+    let result = match service {
+        Service::Health => health::rpc(node, &go_method, params),
+        Service::Info | Service::Platform => node.call_chain(service.name(), &go_method, params),
+    };
+    match result {
+        Ok(result) => (response::success(result.as_bytes(), id), true),
+        // avalanchego decodes params before the call: the method did not run.
+        Err(CallError::BadArgs) => (response::error(-32000, BAD_ARGS, None, id), false),
+        Err(CallError::App(msg)) => (response::error(-32000, &msg, None, id), true),
+    }
+}
+
+fn json_answer(body: Vec<u8>, ran: bool) -> Resp {
+    let mut r = reply::json(
+        StatusCode::OK,
+        Bytes::from(body),
+        response::JSON_CONTENT_TYPE,
+    );
+    if ran {
+        r.headers_mut()
+            .insert(header::X_CONTENT_TYPE_OPTIONS, NOSNIFF);
+    }
+    r
+}
