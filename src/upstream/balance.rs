@@ -9,8 +9,10 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
-/// The initial latency estimate of a node we have not measured yet.
-pub const DEFAULT_RTT: Duration = Duration::from_millis(5);
+/// The latency estimate of a node we have not measured yet (or since it came back): zero, so it
+/// wins its comparisons until its first answer gives it a real figure. A pessimistic default
+/// would starve a returning node: on loopback every measured node beats any guess.
+pub const DEFAULT_RTT: Duration = Duration::ZERO;
 
 /// How fast old latencies are forgotten.
 pub const DECAY: Duration = Duration::from_secs(10);
@@ -82,6 +84,7 @@ mod tests {
     fn peak_jumps_up_and_decays() {
         let t0 = Instant::now();
         let mut e = PeakEwma::new(t0);
+        assert_eq!(e.estimate_ns(), 0.0, "an unmeasured node is tried first");
         e.observe(Duration::from_millis(100), t0);
         assert_eq!(e.estimate_ns(), 100_000_000.0);
         e.observe(Duration::from_millis(1), t0 + DECAY * 5);

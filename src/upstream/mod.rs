@@ -517,6 +517,10 @@ impl Pool {
             let mut s = upstream.state.lock();
             let was = s.healthy;
             s.record(check, thresholds);
+            if !was && s.healthy {
+                // Back in the pool: forget the latencies of its failures.
+                *upstream.ewma.lock() = PeakEwma::new(Instant::now());
+            }
             if was != s.healthy {
                 tracing::info!(upstream = %upstream.name, healthy = s.healthy, height = ?s.height, reason = ?s.last_error, "upstream health changed");
             }

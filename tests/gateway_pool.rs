@@ -1,0 +1,307 @@
+//! The pool: health checks, lag, bootstrapping, failover, timeouts, garbage answers and the rule
+//! that a side-effecting call is sent twice only when its bytes never left.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use support::*;
+
+fn no_cache(cfg: &mut snowgate::Config) {
+    cfg.cache.enabled = false;
+}
+
+async fn takes_traffic(c: &Cluster, name: &str) -> bool {
+    c.gateway
+        .pool()
+        .status()
+        .upstreams
+        .iter()
+        .any(|u| u.name == name && u.takes_traffic)
+}
+
+async fn wait_traffic(c: &Cluster, name: &str, want: bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        if takes_traffic(c, name).await == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!(
+        "{name} takes_traffic never became {want}: {:?}",
+        c.gateway.pool().status()
+    );
+}
+
+#[tokio::test]
+async fn a_node_killed_mid_load_fails_no_client_read() {
+    let c = Arc::new(Cluster::start(3, Duration::from_millis(200), no_cache).await);
+    let url = format!("{}/ext/info", c.url());
+    let mut tasks = Vec::new();
+    for worker in 0..8 {
+        let url = url.clone();
+        tasks.push(tokio::spawn(async move {
+            let client = client();
+            let mut failures = Vec::new();
+            for i in 0..60 {
+                let r = client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .body(format!(
+                        r#"{{"jsonrpc":"2.0","id":{i},"method":"info.getNetworkID"}}"#
+                    ))
+                    .send()
+                    .await
+                    .unwrap();
+                let status = r.status().as_u16();
+                let body = r.text().await.unwrap();
+                if status != 200 || !body.contains("\"result\"") {
+                    failures.push(format!("worker {worker} call {i}: {status} {body}"));
+                }
+            }
+            failures
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    c.nodes[0].control().go_down().await;
+    let mut failures = Vec::new();
+    for t in tasks {
+        failures.extend(t.await.unwrap());
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+    assert!(!takes_traffic(&c, "node-0").await);
+}
+
+#[tokio::test]
+async fn a_lagging_node_gets_no_traffic_until_it_catches_up() {
+    let c = Cluster::start(3, Duration::from_millis(100), no_cache).await;
+    c.nodes[1].control().freeze();
+    wait_traffic(&c, "node-1", false).await;
+    c.nodes[1].control().reset_calls();
+    for _ in 0..30 {
+        let r = post(
+            &format!("{}/ext/info", c.url()),
+            &call("info.getNetworkID", "{}"),
+        )
+        .await;
+        assert!(r.body.contains("result"), "{}", r.body);
+    }
+    assert_eq!(c.nodes[1].control().call_count("info.getNetworkID"), 0);
+    c.nodes[1].control().unfreeze();
+    wait_traffic(&c, "node-1", true).await;
+    let mut reached = false;
+    for _ in 0..60 {
+        post(
+            &format!("{}/ext/info", c.url()),
+            &call("info.getNetworkID", "{}"),
+        )
+        .await;
+        if c.nodes[1].control().call_count("info.getNetworkID") > 0 {
+            reached = true;
+            break;
+        }
+    }
+    assert!(reached, "the node that caught up never got traffic again");
+    c.gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_bootstrapping_node_gets_no_traffic() {
+    let c = Cluster::start(2, Duration::from_millis(200), no_cache).await;
+    c.nodes[0].control().set_bootstrapping(true);
+    wait_traffic(&c, "node-0", false).await;
+    c.nodes[0].control().reset_calls();
+    for _ in 0..20 {
+        let r = post(
+            &format!("{}/ext/bc/P", c.url()),
+            &call("platform.getHeight", "{}"),
+        )
+        .await;
+        assert!(r.body.contains("result"), "{}", r.body);
+        let r = post(
+            &format!("{}/ext/info", c.url()),
+            &call("info.getNetworkID", "{}"),
+        )
+        .await;
+        assert!(r.body.contains("result"), "{}", r.body);
+    }
+    assert_eq!(c.nodes[0].control().call_count("info.getNetworkID"), 0);
+    let status = c.gateway.pool().status();
+    let node0 = status
+        .upstreams
+        .iter()
+        .find(|u| u.name == "node-0")
+        .unwrap();
+    assert!(!node0.bootstrapped);
+    c.nodes[0].control().set_bootstrapping(false);
+    wait_traffic(&c, "node-0", true).await;
+    c.gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn server_errors_and_dropped_connections_fail_over() {
+    let c = Cluster::start(3, Duration::from_secs(60), |cfg| {
+        no_cache(cfg);
+        // Keep the active checks out of the way: only passive signals act here.
+        cfg.health.interval = Duration::from_secs(60);
+    })
+    .await;
+    c.nodes[0].control().update_faults(|f| f.error_rate = 1.0);
+    c.nodes[1].control().update_faults(|f| f.drop_rate = 1.0);
+    for i in 0..20 {
+        let r = post(
+            &format!("{}/ext/info", c.url()),
+            &call("info.getNetworkID", "{}"),
+        )
+        .await;
+        assert_eq!(r.status, 200, "call {i}: {}", r.body);
+        assert!(r.body.contains("result"), "call {i}: {}", r.body);
+    }
+    // Both faulty nodes were taken out by what real requests saw.
+    assert!(!takes_traffic(&c, "node-0").await);
+    assert!(!takes_traffic(&c, "node-1").await);
+    let m = c.gateway.metrics().render();
+    let m = String::from_utf8(m).unwrap();
+    assert!(m.contains("outcome=\"http_5xx\""), "{m}");
+    c.gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_hanging_node_times_out_with_504() {
+    let c = Cluster::start(1, Duration::from_secs(60), |cfg| {
+        no_cache(cfg);
+        cfg.health.interval = Duration::from_secs(60);
+        cfg.upstream.request_timeout = Duration::from_millis(300);
+        cfg.upstream.deadline = Duration::from_secs(1);
+    })
+    .await;
+    c.nodes[0].control().update_faults(|f| f.hang = true);
+    let started = std::time::Instant::now();
+    let r = post(
+        &format!("{}/ext/info", c.url()),
+        r#"{"jsonrpc":"2.0","id":"t","method":"info.getNetworkID"}"#,
+    )
+    .await;
+    assert_eq!(r.status, 504, "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], -32603);
+    assert_eq!(r.json()["id"], "t");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // The node was taken out: the next call has nowhere to go.
+    let r = post(
+        &format!("{}/ext/info", c.url()),
+        &call("info.getNetworkID", "{}"),
+    )
+    .await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    c.nodes[0].control().update_faults(|f| f.hang = false);
+    c.gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn issue_tx_is_resent_only_when_it_never_left() {
+    // Node 0 is down (connection refused): the tx is sent to node 1 instead.
+    let c = Cluster::start(2, Duration::from_secs(60), |cfg| {
+        cfg.health.interval = Duration::from_secs(60);
+    })
+    .await;
+    c.nodes[0].control().go_down().await;
+    for i in 0..6 {
+        let r = post(
+            &format!("{}/ext/bc/P", c.url()),
+            &call("platform.issueTx", r#"{"tx":"0x00"}"#),
+        )
+        .await;
+        assert_eq!(r.status, 200, "call {i}: {}", r.body);
+    }
+    assert_eq!(c.nodes[1].control().call_count("platform.issueTx"), 6);
+    c.gateway.shutdown().await;
+
+    // Both nodes drop the connection after reading the request: the tx may have been received,
+    // so it is never sent again.
+    let c = Cluster::start(2, Duration::from_secs(60), |cfg| {
+        cfg.health.interval = Duration::from_secs(60);
+    })
+    .await;
+    for n in &c.nodes {
+        n.control().update_faults(|f| f.drop_rate = 1.0);
+    }
+    let r = post(
+        &format!("{}/ext/bc/P", c.url()),
+        &call("platform.issueTx", r#"{"tx":"0x00"}"#),
+    )
+    .await;
+    assert_eq!(r.status, 502, "{}", r.body);
+    // The devnode drops the connection before dispatch, so count the gateway's attempts.
+    let metrics = String::from_utf8(c.gateway.metrics().render()).unwrap();
+    let attempts: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("snowgate_upstream_requests_total{"))
+        .filter(|l| !l.contains("outcome=\"ok\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(
+        attempts, 1.0,
+        "issueTx was sent {attempts} times:\n{metrics}"
+    );
+    c.gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn garbage_from_a_node_is_a_502_and_a_failure() {
+    use http_body_util::{BodyExt, Full};
+    use hyper::service::service_fn;
+    // A node that passes health checks but answers anything else with another request's id.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let svc = service_fn(|req: hyper::Request<hyper::body::Incoming>| async move {
+                    let body = req.into_body().collect().await.unwrap().to_bytes();
+                    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                    let id = v["id"].clone();
+                    let answer = match v["method"].as_str().unwrap() {
+                        "info.isBootstrapped" => format!(
+                            r#"{{"jsonrpc":"2.0","result":{{"isBootstrapped":true}},"id":{id}}}"#
+                        ),
+                        "platform.getHeight" => {
+                            format!(r#"{{"jsonrpc":"2.0","result":{{"height":"10"}},"id":{id}}}"#)
+                        }
+                        _ => r#"{"jsonrpc":"2.0","result":{"networkID":"1"},"id":424242}"#
+                            .to_string(),
+                    };
+                    Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                        bytes::Bytes::from(answer),
+                    )))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    let mut config = snowgate::Config::default();
+    config.server.listen = "127.0.0.1:0".parse().unwrap();
+    config.cache.enabled = false;
+    config.health.interval = Duration::from_secs(60);
+    config.upstreams = vec![snowgate::config::UpstreamConfig {
+        name: "liar".into(),
+        url: format!("http://{addr}"),
+    }];
+    let gw = snowgate::Gateway::start(config).await.unwrap();
+    let r = post(
+        &format!("{}/ext/info", gw.url()),
+        &call("info.getNetworkID", "{}"),
+    )
+    .await;
+    assert_eq!(r.status, 502, "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], -32603);
+    assert!(!r.body.contains("424242"), "{}", r.body);
+    let status = gw.pool().status();
+    assert!(!status.upstreams[0].healthy, "{status:?}");
+    gw.shutdown().await;
+}
