@@ -135,6 +135,22 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         .await?;
         nodes.push(node);
     }
+    // node-b lags: frozen for 20 s, then catching up for 20 s, over and over, so /ext/health shows
+    // it leave and rejoin the pool. node-c is flaky: slow at times and failing 10% of requests.
+    let lagging = nodes[1].control();
+    tokio::spawn(async move {
+        loop {
+            lagging.freeze();
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            lagging.unfreeze();
+            tokio::time::sleep(Duration::from_secs(20)).await;
+        }
+    });
+    nodes[2].control().update_faults(|f| {
+        f.error_rate = 0.1;
+        f.latency = Duration::from_millis(2);
+        f.jitter = Duration::from_millis(20);
+    });
     let names = ["node-a", "node-b", "node-c"];
     let mut config = Config::default();
     config.server.listen = args.listen;
@@ -148,7 +164,12 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         .collect();
     config.admin.api_keys = vec![DEMO_ADMIN_KEY.to_string()];
     let gateway = Gateway::start(config).await?;
-    print_demo_help(&gateway.url(), &nodes, &names);
+    let roles = [
+        "healthy",
+        "lagging: frozen for 20 s, then catching up",
+        "flaky: 10% HTTP 500, 2-22 ms latency",
+    ];
+    print_demo_help(&gateway.url(), &nodes, &names, &roles);
     shutdown_signal().await;
     gateway.shutdown().await;
     Ok(())
@@ -157,10 +178,10 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<()> {
 /// The admin key of the demo (printed by the demo; never use it elsewhere).
 pub const DEMO_ADMIN_KEY: &str = "demo-admin-key-not-secret";
 
-fn print_demo_help(url: &str, nodes: &[DevNode], names: &[&str]) {
+fn print_demo_help(url: &str, nodes: &[DevNode], names: &[&str], roles: &[&str]) {
     println!("snowgate demo: gateway on {url}");
-    for (n, name) in nodes.iter().zip(names) {
-        println!("  upstream {name}: {}", n.url());
+    for ((n, name), role) in nodes.iter().zip(names).zip(roles) {
+        println!("  upstream {name}: {} ({role})", n.url());
     }
     let post = |path: &str, body: &str| {
         format!("curl -s {url}{path} -H 'Content-Type: application/json' -d '{body}'")
