@@ -125,13 +125,22 @@ fn keys(v: &Value) -> Vec<String> {
 #[tokio::test]
 async fn info_methods_answer_like_a_node() {
     let n = Node::start().await;
-    assert_eq!(n.ok("info.getNetworkID", json!({})).await, json!({"networkID": "12345"}));
-    assert_eq!(n.ok("info.getNetworkName", json!({})).await, json!({"networkName": "local"}));
+    assert_eq!(
+        n.ok("info.getNetworkID", json!({})).await,
+        json!({"networkID": "12345"})
+    );
+    assert_eq!(
+        n.ok("info.getNetworkName", json!({})).await,
+        json!({"networkName": "local"})
+    );
 
     let id = n.ok("info.getNodeID", Value::Null).await;
     assert!(id["nodeID"].as_str().unwrap().starts_with("NodeID-"));
     assert_eq!(id["nodePOP"]["publicKey"].as_str().unwrap().len(), 2 + 96);
-    assert_eq!(id["nodePOP"]["proofOfPossession"].as_str().unwrap().len(), 2 + 192);
+    assert_eq!(
+        id["nodePOP"]["proofOfPossession"].as_str().unwrap().len(),
+        2 + 192
+    );
 
     let ip = n.ok("info.getNodeIP", json!({})).await;
     assert!(ip["ip"].as_str().unwrap().contains(':'));
@@ -147,8 +156,14 @@ async fn info_methods_answer_like_a_node() {
     assert!(fee.as_object().unwrap().values().all(is_uint_str));
 
     let vms = n.ok("info.getVMs", json!({})).await;
-    assert_eq!(vms["vms"]["rWhpuQPF1kb72esV2momhMuTYGkEb1oL29pt2EBXWmSy4kxnT"], json!(["platform"]));
-    assert_eq!(vms["fxs"]["spdxUxVJQbX85MGxMHbKw1sHxMnSqJ3QBzDyDYEP3h6TLuxqQ"], "secp256k1fx");
+    assert_eq!(
+        vms["vms"]["rWhpuQPF1kb72esV2momhMuTYGkEb1oL29pt2EBXWmSy4kxnT"],
+        json!(["platform"])
+    );
+    assert_eq!(
+        vms["fxs"]["spdxUxVJQbX85MGxMHbKw1sHxMnSqJ3QBzDyDYEP3h6TLuxqQ"],
+        "secp256k1fx"
+    );
 
     let up = n.ok("info.upgrades", json!({})).await;
     assert!(up["apricotPhase4MinPChainHeight"].is_number());
@@ -172,28 +187,71 @@ async fn info_methods_answer_like_a_node() {
     let p0 = &list[0];
     assert_eq!(
         keys(p0),
-        ["ip", "publicIP", "nodeID", "version", "upgradeTime", "lastSent", "lastReceived", "observedUptime", "trackedSubnets", "supportedACPs", "objectedACPs", "benched"]
+        [
+            "ip",
+            "publicIP",
+            "nodeID",
+            "version",
+            "upgradeTime",
+            "lastSent",
+            "lastReceived",
+            "observedUptime",
+            "trackedSubnets",
+            "supportedACPs",
+            "objectedACPs",
+            "benched"
+        ]
     );
     assert!(is_uint_str(&p0["observedUptime"]));
     let own = id["nodeID"].as_str().unwrap();
     assert!(list.iter().all(|p| p["nodeID"] != own));
-    let one = n.ok("info.peers", json!({"nodeIDs": [p0["nodeID"], own]})).await;
+    let one = n
+        .ok("info.peers", json!({"nodeIDs": [p0["nodeID"], own]}))
+        .await;
     assert_eq!(one["numPeers"], "1");
-    assert_eq!(n.err("info.peers", json!({"nodeIDs": ["NodeID-bad"]})).await, BAD_ARGS);
+    assert_eq!(
+        n.err("info.peers", json!({"nodeIDs": ["NodeID-bad"]}))
+            .await,
+        BAD_ARGS
+    );
 
     let p = n.ok("info.getBlockchainID", json!({"alias": "P"})).await;
     assert_eq!(p["blockchainID"], EMPTY);
     let x = n.ok("info.getBlockchainID", json!({"alias": "X"})).await;
     let x_id = x["blockchainID"].as_str().unwrap().to_string();
-    assert_eq!(n.ok("info.getBlockchainID", json!({"alias": "avm"})).await, x);
-    assert_eq!(n.err("info.getBlockchainID", json!({"alias": "Q"})).await, "there is no ID with alias: Q");
-    assert_eq!(n.err("info.getBlockchainID", json!({})).await, "there is no ID with alias: ");
+    assert_eq!(
+        n.ok("info.getBlockchainID", json!({"alias": "avm"})).await,
+        x
+    );
+    assert_eq!(
+        n.err("info.getBlockchainID", json!({"alias": "Q"})).await,
+        "there is no ID with alias: Q"
+    );
+    assert_eq!(
+        n.err("info.getBlockchainID", json!({})).await,
+        "there is no ID with alias: "
+    );
 
-    assert_eq!(n.ok("info.isBootstrapped", json!({"chain": "P"})).await, json!({"isBootstrapped": true}));
-    assert_eq!(n.ok("info.isBootstrapped", json!({"chain": x_id})).await, json!({"isBootstrapped": true}));
-    assert_eq!(n.err("info.isBootstrapped", json!({})).await, "argument 'chain' not given");
-    assert_eq!(n.err("info.isBootstrapped", json!({"chain": "Q"})).await, "there is no chain with alias/ID 'Q'");
-    assert_eq!(n.err("info.isBootstrapped", json!({"chain": 5})).await, BAD_ARGS);
+    assert_eq!(
+        n.ok("info.isBootstrapped", json!({"chain": "P"})).await,
+        json!({"isBootstrapped": true})
+    );
+    assert_eq!(
+        n.ok("info.isBootstrapped", json!({"chain": x_id})).await,
+        json!({"isBootstrapped": true})
+    );
+    assert_eq!(
+        n.err("info.isBootstrapped", json!({})).await,
+        "argument 'chain' not given"
+    );
+    assert_eq!(
+        n.err("info.isBootstrapped", json!({"chain": "Q"})).await,
+        "there is no chain with alias/ID 'Q'"
+    );
+    assert_eq!(
+        n.err("info.isBootstrapped", json!({"chain": 5})).await,
+        BAD_ARGS
+    );
 }
 
 #[tokio::test]
@@ -207,9 +265,19 @@ async fn params_decode_like_gorilla() {
     assert!(v["result"]["height"].is_string());
     let v = n.raw(path, "platform.getHeight", json!(5)).await;
     assert_eq!(v["error"]["message"], BAD_ARGS);
-    let r = n.ok("platform.getBlockByHeight", json!([{"HEIGHT": 3, "Height": "4"}, 9])).await;
+    let r = n
+        .ok(
+            "platform.getBlockByHeight",
+            json!([{"HEIGHT": 3, "Height": "4"}, 9]),
+        )
+        .await;
     assert!(r["block"].as_str().unwrap().starts_with("0x"));
-    let j = n.ok("platform.getBlockByHeight", json!({"height": "4", "encoding": "JSON"})).await;
+    let j = n
+        .ok(
+            "platform.getBlockByHeight",
+            json!({"height": "4", "encoding": "JSON"}),
+        )
+        .await;
     assert_eq!(j["block"]["height"], 4);
     for bad in [
         json!({"height": "abc"}),
@@ -223,12 +291,21 @@ async fn params_decode_like_gorilla() {
     ] {
         assert_eq!(n.err("platform.getBlockByHeight", bad).await, BAD_ARGS);
     }
-    assert_eq!(n.err("platform.getTx", json!({"txID": "zz"})).await, BAD_ARGS);
+    assert_eq!(
+        n.err("platform.getTx", json!({"txID": "zz"})).await,
+        BAD_ARGS
+    );
     assert_eq!(n.err("platform.getTx", json!({"txID": 5})).await, BAD_ARGS);
     // A bad known field fails even when the method would not need it.
-    assert_eq!(n.err("platform.getCurrentValidators", json!({"subnetID": "nope"})).await, BAD_ARGS);
+    assert_eq!(
+        n.err("platform.getCurrentValidators", json!({"subnetID": "nope"}))
+            .await,
+        BAD_ARGS
+    );
     // Unknown keys are ignored.
-    let r = n.ok("platform.getMinStake", json!({"whatever": [1, 2]})).await;
+    let r = n
+        .ok("platform.getMinStake", json!({"whatever": [1, 2]}))
+        .await;
     assert!(is_uint_str(&r["minValidatorStake"]));
 }
 
@@ -238,15 +315,27 @@ async fn blocks_and_txs_in_hex_and_json() {
     let tip = n.height().await;
     assert!(tip >= 1000);
 
-    let hex = n.ok("platform.getBlockByHeight", json!({"height": 1000})).await;
+    let hex = n
+        .ok("platform.getBlockByHeight", json!({"height": 1000}))
+        .await;
     assert_eq!(hex["encoding"], "hex");
     let hex_block = hex["block"].as_str().unwrap();
     assert!(hex_block.starts_with("0x0000"));
-    let hexnc = n.ok("platform.getBlockByHeight", json!({"height": 1000, "encoding": "hexnc"})).await;
+    let hexnc = n
+        .ok(
+            "platform.getBlockByHeight",
+            json!({"height": 1000, "encoding": "hexnc"}),
+        )
+        .await;
     assert_eq!(hexnc["encoding"], "hexnc");
     assert_eq!(hexnc["block"].as_str().unwrap().len() + 8, hex_block.len());
 
-    let j = n.ok("platform.getBlockByHeight", json!({"height": "1000", "encoding": "json"})).await;
+    let j = n
+        .ok(
+            "platform.getBlockByHeight",
+            json!({"height": "1000", "encoding": "json"}),
+        )
+        .await;
     assert_eq!(j["encoding"], "json");
     let b = &j["block"];
     assert_eq!(keys(b), ["time", "parentID", "height", "id", "txs"]);
@@ -255,12 +344,24 @@ async fn blocks_and_txs_in_hex_and_json() {
     let block_id = b["id"].as_str().unwrap().to_string();
 
     // getBlock by ID, both encodings, same content.
-    let by_id = n.ok("platform.getBlock", json!({"blockID": block_id})).await;
+    let by_id = n
+        .ok("platform.getBlock", json!({"blockID": block_id}))
+        .await;
     assert_eq!(by_id["block"], hex["block"]);
-    let by_id_json = n.ok("platform.getBlock", json!({"blockID": block_id, "encoding": "json"})).await;
+    let by_id_json = n
+        .ok(
+            "platform.getBlock",
+            json!({"blockID": block_id, "encoding": "json"}),
+        )
+        .await;
     assert_eq!(by_id_json["block"], j["block"]);
     // The parent link holds.
-    let parent = n.ok("platform.getBlockByHeight", json!({"height": 999, "encoding": "json"})).await;
+    let parent = n
+        .ok(
+            "platform.getBlockByHeight",
+            json!({"height": 999, "encoding": "json"}),
+        )
+        .await;
     assert_eq!(parent["block"]["id"], b["parentID"]);
 
     // Txs inside the block JSON.
@@ -270,35 +371,63 @@ async fn blocks_and_txs_in_hex_and_json() {
     assert_eq!(u["networkID"], 12345);
     assert_eq!(u["blockchainID"], EMPTY);
     let input = &u["inputs"][0];
-    assert_eq!(keys(input), ["txID", "outputIndex", "assetID", "fxID", "input"]);
+    assert_eq!(
+        keys(input),
+        ["txID", "outputIndex", "assetID", "fxID", "input"]
+    );
     assert!(input["input"]["amount"].is_u64());
     assert_eq!(input["input"]["signatureIndices"], json!([0]));
     let out = &u["outputs"][0]["output"];
     assert!(out["amount"].is_u64() && out["locktime"].is_u64() && out["threshold"].is_u64());
-    assert!(out["addresses"][0].as_str().unwrap().starts_with("P-local1"));
-    assert_eq!(tx["credentials"][0]["signatures"][0].as_str().unwrap().len(), 2 + 130);
+    assert!(out["addresses"][0]
+        .as_str()
+        .unwrap()
+        .starts_with("P-local1"));
+    assert_eq!(
+        tx["credentials"][0]["signatures"][0]
+            .as_str()
+            .unwrap()
+            .len(),
+        2 + 130
+    );
 
     let tx_id = tx["id"].as_str().unwrap();
     let t_hex = n.ok("platform.getTx", json!({"txID": tx_id})).await;
     assert!(t_hex["tx"].as_str().unwrap().starts_with("0x0000"));
     assert_eq!(t_hex["encoding"], "hex");
-    let t_json = n.ok("platform.getTx", json!({"txID": tx_id, "encoding": "json"})).await;
+    let t_json = n
+        .ok("platform.getTx", json!({"txID": tx_id, "encoding": "json"}))
+        .await;
     assert_eq!(t_json["tx"], *tx);
-    assert_eq!(n.ok("platform.getTxStatus", json!({"txID": tx_id})).await, json!({"status": "Committed"}));
+    assert_eq!(
+        n.ok("platform.getTxStatus", json!({"txID": tx_id})).await,
+        json!({"status": "Committed"})
+    );
 
     // Not found texts.
     let missing = "2mcwQKiD8VEspmMJpL1dc7okQQ5dDVAWeCBZ7FWBFAbxpv3t7w";
     assert_eq!(
-        n.err("platform.getBlock", json!({"blockID": missing})).await,
+        n.err("platform.getBlock", json!({"blockID": missing}))
+            .await,
         format!("couldn't get block with id {missing}: not found")
     );
     assert_eq!(
-        n.err("platform.getBlockByHeight", json!({"height": 999_999_999})).await,
+        n.err("platform.getBlockByHeight", json!({"height": 999_999_999}))
+            .await,
         "couldn't get block at height 999999999: not found"
     );
-    assert_eq!(n.err("platform.getTx", json!({"txID": missing})).await, "couldn't get tx: not found");
-    assert_eq!(n.ok("platform.getTxStatus", json!({"txID": missing})).await, json!({"status": "Unknown"}));
-    assert_eq!(n.err("platform.getBlock", json!({"blockID": "x"})).await, BAD_ARGS);
+    assert_eq!(
+        n.err("platform.getTx", json!({"txID": missing})).await,
+        "couldn't get tx: not found"
+    );
+    assert_eq!(
+        n.ok("platform.getTxStatus", json!({"txID": missing})).await,
+        json!({"status": "Unknown"})
+    );
+    assert_eq!(
+        n.err("platform.getBlock", json!({"blockID": "x"})).await,
+        BAD_ARGS
+    );
 }
 
 #[tokio::test]
@@ -316,9 +445,19 @@ async fn chain_advances_and_new_blocks_are_fetchable() {
         }
     }
     assert!(h1 >= h0 + 2, "height did not grow: {h0} -> {h1}");
-    let b = n.ok("platform.getBlockByHeight", json!({"height": h1, "encoding": "json"})).await;
+    let b = n
+        .ok(
+            "platform.getBlockByHeight",
+            json!({"height": h1, "encoding": "json"}),
+        )
+        .await;
     assert_eq!(b["block"]["height"], h1);
-    let prev = n.ok("platform.getBlockByHeight", json!({"height": h1 - 1, "encoding": "json"})).await;
+    let prev = n
+        .ok(
+            "platform.getBlockByHeight",
+            json!({"height": h1 - 1, "encoding": "json"}),
+        )
+        .await;
     assert_eq!(b["block"]["parentID"], prev["block"]["id"]);
     let ts1 = n.ok("platform.getTimestamp", json!({})).await;
     assert_ne!(ts0, ts1);
@@ -333,25 +472,39 @@ async fn same_seed_gives_identical_blocks() {
     let b = Node::start_with(42).await;
     let c = Node::start_with(43).await;
     for h in [0u64, 1, 500, 1000] {
-        let x = a.ok("platform.getBlockByHeight", json!({"height": h})).await;
-        let y = b.ok("platform.getBlockByHeight", json!({"height": h})).await;
+        let x = a
+            .ok("platform.getBlockByHeight", json!({"height": h}))
+            .await;
+        let y = b
+            .ok("platform.getBlockByHeight", json!({"height": h}))
+            .await;
         assert_eq!(x, y, "height {h}");
-        let z = c.ok("platform.getBlockByHeight", json!({"height": h})).await;
+        let z = c
+            .ok("platform.getBlockByHeight", json!({"height": h}))
+            .await;
         assert_ne!(x, z);
     }
     let va = a.ok("platform.getCurrentValidators", json!({})).await;
     let vb = b.ok("platform.getCurrentValidators", json!({})).await;
-    assert_eq!(va["validators"].as_array().unwrap().len(), vb["validators"].as_array().unwrap().len());
+    assert_eq!(
+        va["validators"].as_array().unwrap().len(),
+        vb["validators"].as_array().unwrap().len()
+    );
 }
 
 #[tokio::test]
 async fn get_utxos_pages_through_a_big_address_without_loss() {
     let n = Node::start().await;
     let addrs = n
-        .ok("platform.listAddresses", json!({"username": "demo", "password": "Sn0wg4te-demo!"}))
+        .ok(
+            "platform.listAddresses",
+            json!({"username": "demo", "password": "Sn0wg4te-demo!"}),
+        )
         .await;
     let big = addrs["addresses"][0].as_str().unwrap().to_string();
-    let balance = n.ok("platform.getBalance", json!({"addresses": [big]})).await;
+    let balance = n
+        .ok("platform.getBalance", json!({"addresses": [big]}))
+        .await;
     let expected = balance["utxoIDs"].as_array().unwrap().len();
     assert!(expected > 2500, "{expected}");
 
@@ -384,52 +537,108 @@ async fn get_utxos_pages_through_a_big_address_without_loss() {
     assert_eq!(all.len(), expected);
 
     // Default / oversized limit is 1024.
-    let r = n.ok("platform.getUTXOs", json!({"addresses": [big], "limit": 0})).await;
+    let r = n
+        .ok("platform.getUTXOs", json!({"addresses": [big], "limit": 0}))
+        .await;
     assert_eq!(r["numFetched"], "1024");
-    let r = n.ok("platform.getUTXOs", json!({"addresses": [big], "limit": "5000"})).await;
+    let r = n
+        .ok(
+            "platform.getUTXOs",
+            json!({"addresses": [big], "limit": "5000"}),
+        )
+        .await;
     assert_eq!(r["numFetched"], "1024");
     // A small address, and an address with nothing.
     let small = addrs["addresses"][3].as_str().unwrap();
-    let r = n.ok("platform.getUTXOs", json!({"addresses": [small], "limit": 5})).await;
+    let r = n
+        .ok(
+            "platform.getUTXOs",
+            json!({"addresses": [small], "limit": 5}),
+        )
+        .await;
     assert!(r["numFetched"].as_str().unwrap().parse::<u32>().unwrap() >= 1);
     // Atomic UTXOs from X: none, end index is the empty ID.
-    let r = n.ok("platform.getUTXOs", json!({"addresses": [small], "sourceChain": "X"})).await;
+    let r = n
+        .ok(
+            "platform.getUTXOs",
+            json!({"addresses": [small], "sourceChain": "X"}),
+        )
+        .await;
     assert_eq!(r["numFetched"], "0");
     assert_eq!(r["endIndex"]["utxo"], EMPTY);
     // Errors.
-    assert_eq!(n.err("platform.getUTXOs", json!({"addresses": []})).await, "no addresses provided");
+    assert_eq!(
+        n.err("platform.getUTXOs", json!({"addresses": []})).await,
+        "no addresses provided"
+    );
     let many: Vec<String> = (0..1025).map(|_| big.clone()).collect();
     assert_eq!(
         n.err("platform.getUTXOs", json!({"addresses": many})).await,
         "number of addresses given, 1025, exceeds maximum, 1024"
     );
     assert_eq!(
-        n.err("platform.getUTXOs", json!({"addresses": [big], "sourceChain": "Q"})).await,
+        n.err(
+            "platform.getUTXOs",
+            json!({"addresses": [big], "sourceChain": "Q"})
+        )
+        .await,
         "problem parsing source chainID \"Q\": there is no ID with alias: Q"
     );
     assert!(n
-        .err("platform.getUTXOs", json!({"addresses": [big], "startIndex": {"address": big, "utxo": "zz"}}))
+        .err(
+            "platform.getUTXOs",
+            json!({"addresses": [big], "startIndex": {"address": big, "utxo": "zz"}})
+        )
         .await
         .starts_with("couldn't parse start index utxo: "));
     assert!(n
         .err("platform.getUTXOs", json!({"addresses": ["P-local1nope"]}))
         .await
         .starts_with("couldn't parse address"));
-    assert_eq!(n.err("platform.getUTXOs", json!({"addresses": [big], "limit": -1})).await, BAD_ARGS);
-    assert_eq!(n.err("platform.getUTXOs", json!({"addresses": [big], "startIndex": 5})).await, BAD_ARGS);
+    assert_eq!(
+        n.err(
+            "platform.getUTXOs",
+            json!({"addresses": [big], "limit": -1})
+        )
+        .await,
+        BAD_ARGS
+    );
+    assert_eq!(
+        n.err(
+            "platform.getUTXOs",
+            json!({"addresses": [big], "startIndex": 5})
+        )
+        .await,
+        BAD_ARGS
+    );
 }
 
 #[tokio::test]
 async fn balances_stake_and_rewards() {
     let n = Node::start().await;
     let addrs = n
-        .ok("platform.listAddresses", json!({"username": "demo", "password": "Sn0wg4te-demo!"}))
+        .ok(
+            "platform.listAddresses",
+            json!({"username": "demo", "password": "Sn0wg4te-demo!"}),
+        )
         .await;
     let a3 = addrs["addresses"][3].as_str().unwrap();
-    let bal = n.ok("platform.getBalance", json!({"addresses": [a3]})).await;
+    let bal = n
+        .ok("platform.getBalance", json!({"addresses": [a3]}))
+        .await;
     assert_eq!(
         keys(&bal),
-        ["balance", "unlocked", "lockedStakeable", "lockedNotStakeable", "balances", "unlockeds", "lockedStakeables", "lockedNotStakeables", "utxoIDs"]
+        [
+            "balance",
+            "unlocked",
+            "lockedStakeable",
+            "lockedNotStakeable",
+            "balances",
+            "unlockeds",
+            "lockedStakeables",
+            "lockedNotStakeables",
+            "utxoIDs"
+        ]
     );
     assert!(is_uint_str(&bal["balance"]));
     assert_ne!(bal["lockedNotStakeable"], "0");
@@ -443,23 +652,45 @@ async fn balances_stake_and_rewards() {
     // Stake: validators' stake owners hold staked outputs.
     let vals = n.ok("platform.getCurrentValidators", json!({})).await;
     let owner = vals["validators"][0]["validationRewardOwner"]["addresses"][0].clone();
-    let st = n.ok("platform.getStake", json!({"addresses": [owner], "validatorsOnly": false})).await;
-    assert_eq!(keys(&st), ["staked", "stakeds", "stakedOutputs", "encoding"]);
+    let st = n
+        .ok(
+            "platform.getStake",
+            json!({"addresses": [owner], "validatorsOnly": false}),
+        )
+        .await;
+    assert_eq!(
+        keys(&st),
+        ["staked", "stakeds", "stakedOutputs", "encoding"]
+    );
     assert!(is_uint_str(&st["staked"]));
     let none = n.ok("platform.getStake", json!({"addresses": [a3]})).await;
     assert_eq!(none["staked"], "0");
-    assert_eq!(n.err("platform.getStake", json!({"addresses": [a3], "validatorsOnly": "yes"})).await, BAD_ARGS);
+    assert_eq!(
+        n.err(
+            "platform.getStake",
+            json!({"addresses": [a3], "validatorsOnly": "yes"})
+        )
+        .await,
+        BAD_ARGS
+    );
 
     // Reward UTXOs: a finished staker has them, a current one has none.
     let chain = n.node.network().chain().read();
     let ended = snowgate::devnode::chain::codec::id_str(&chain.state().ended[0].tx_id);
     drop(chain);
-    let rw = n.ok("platform.getRewardUTXOs", json!({"txID": ended})).await;
+    let rw = n
+        .ok("platform.getRewardUTXOs", json!({"txID": ended}))
+        .await;
     assert!(rw["numFetched"].as_str().unwrap().parse::<u32>().unwrap() >= 1);
     assert!(rw["utxos"][0].as_str().unwrap().starts_with("0x"));
     let current = vals["validators"][0]["txID"].clone();
-    let rw = n.ok("platform.getRewardUTXOs", json!({"txID": current})).await;
-    assert_eq!(rw, json!({"numFetched": "0", "utxos": [], "encoding": "hex"}));
+    let rw = n
+        .ok("platform.getRewardUTXOs", json!({"txID": current}))
+        .await;
+    assert_eq!(
+        rw,
+        json!({"numFetched": "0", "utxos": [], "encoding": "hex"})
+    );
 }
 
 #[tokio::test]
@@ -469,7 +700,16 @@ async fn validators_subnets_and_chains() {
     let list = vals["validators"].as_array().unwrap();
     assert!(list.len() >= 10);
     let v0 = &list[0];
-    for f in ["txID", "startTime", "endTime", "weight", "potentialReward", "delegatorCount", "delegatorWeight", "accruedDelegateeReward"] {
+    for f in [
+        "txID",
+        "startTime",
+        "endTime",
+        "weight",
+        "potentialReward",
+        "delegatorCount",
+        "delegatorWeight",
+        "accruedDelegateeReward",
+    ] {
         assert!(v0[f].is_string(), "{f}");
     }
     assert!(is_uint_str(&v0["weight"]));
@@ -480,12 +720,29 @@ async fn validators_subnets_and_chains() {
     assert!(list.iter().any(|v| v.get("signer").is_none()));
     let with_delegators = list.iter().find(|v| v["delegatorCount"] != "0").unwrap();
     let one = n
-        .ok("platform.getCurrentValidators", json!({"nodeIDs": [with_delegators["nodeID"]]}))
+        .ok(
+            "platform.getCurrentValidators",
+            json!({"nodeIDs": [with_delegators["nodeID"]]}),
+        )
         .await;
     let d = &one["validators"][0]["delegators"][0];
-    assert_eq!(keys(d), ["txID", "startTime", "endTime", "weight", "nodeID", "rewardOwner", "potentialReward"]);
+    assert_eq!(
+        keys(d),
+        [
+            "txID",
+            "startTime",
+            "endTime",
+            "weight",
+            "nodeID",
+            "rewardOwner",
+            "potentialReward"
+        ]
+    );
     let unknown = n
-        .ok("platform.getCurrentValidators", json!({"nodeIDs": ["NodeID-7Xhw2mDxuDS44j42TCB6U5579esbSt3Lg"]}))
+        .ok(
+            "platform.getCurrentValidators",
+            json!({"nodeIDs": ["NodeID-7Xhw2mDxuDS44j42TCB6U5579esbSt3Lg"]}),
+        )
         .await;
     assert_eq!(unknown, json!({"validators": []}));
 
@@ -493,7 +750,10 @@ async fn validators_subnets_and_chains() {
     let subnets = n.ok("platform.getSubnets", json!({})).await;
     let subs = subnets["subnets"].as_array().unwrap();
     assert_eq!(subs.len(), 4);
-    assert_eq!(subs[3], json!({"id": EMPTY, "controlKeys": [], "threshold": "0"}));
+    assert_eq!(
+        subs[3],
+        json!({"id": EMPTY, "controlKeys": [], "threshold": "0"})
+    );
     let mut l1_id = String::new();
     let mut perm_id = String::new();
     for s in &subs[..3] {
@@ -501,7 +761,16 @@ async fn validators_subnets_and_chains() {
         let info = n.ok("platform.getSubnet", json!({"subnetID": id})).await;
         assert_eq!(
             keys(&info),
-            ["isPermissioned", "controlKeys", "threshold", "locktime", "subnetTransformationTxID", "conversionID", "managerChainID", "managerAddress"]
+            [
+                "isPermissioned",
+                "controlKeys",
+                "threshold",
+                "locktime",
+                "subnetTransformationTxID",
+                "conversionID",
+                "managerChainID",
+                "managerAddress"
+            ]
         );
         if info["isPermissioned"] == false {
             l1_id = id.to_string();
@@ -512,32 +781,78 @@ async fn validators_subnets_and_chains() {
         }
     }
     assert!(!l1_id.is_empty() && !perm_id.is_empty());
-    let only = n.ok("platform.getSubnets", json!({"ids": [perm_id, "2mcwQKiD8VEspmMJpL1dc7okQQ5dDVAWeCBZ7FWBFAbxpv3t7w"]})).await;
+    let only = n
+        .ok(
+            "platform.getSubnets",
+            json!({"ids": [perm_id, "2mcwQKiD8VEspmMJpL1dc7okQQ5dDVAWeCBZ7FWBFAbxpv3t7w"]}),
+        )
+        .await;
     assert_eq!(only["subnets"].as_array().unwrap().len(), 1);
-    assert_eq!(n.err("platform.getSubnet", json!({})).await, "the primary network isn't a subnet");
-    assert_eq!(n.err("platform.getSubnet", json!({"subnetID": EMPTY})).await, "the primary network isn't a subnet");
     assert_eq!(
-        n.err("platform.getSubnet", json!({"subnetID": "2mcwQKiD8VEspmMJpL1dc7okQQ5dDVAWeCBZ7FWBFAbxpv3t7w"})).await,
+        n.err("platform.getSubnet", json!({})).await,
+        "the primary network isn't a subnet"
+    );
+    assert_eq!(
+        n.err("platform.getSubnet", json!({"subnetID": EMPTY}))
+            .await,
+        "the primary network isn't a subnet"
+    );
+    assert_eq!(
+        n.err(
+            "platform.getSubnet",
+            json!({"subnetID": "2mcwQKiD8VEspmMJpL1dc7okQQ5dDVAWeCBZ7FWBFAbxpv3t7w"})
+        )
+        .await,
         "not found"
     );
 
     // Permissioned subnet validators: the short shape.
-    let pv = n.ok("platform.getCurrentValidators", json!({"subnetID": perm_id})).await;
-    assert_eq!(keys(&pv["validators"][0]), ["txID", "startTime", "endTime", "weight", "nodeID"]);
+    let pv = n
+        .ok(
+            "platform.getCurrentValidators",
+            json!({"subnetID": perm_id}),
+        )
+        .await;
+    assert_eq!(
+        keys(&pv["validators"][0]),
+        ["txID", "startTime", "endTime", "weight", "nodeID"]
+    );
     // L1 validators: the L1 shape, and getL1Validator.
-    let lv = n.ok("platform.getCurrentValidators", json!({"subnetID": l1_id})).await;
+    let lv = n
+        .ok("platform.getCurrentValidators", json!({"subnetID": l1_id}))
+        .await;
     let l0 = &lv["validators"][0];
     assert_eq!(
         keys(l0),
-        ["nodeID", "weight", "startTime", "validationID", "publicKey", "remainingBalanceOwner", "deactivationOwner", "minNonce", "balance"]
+        [
+            "nodeID",
+            "weight",
+            "startTime",
+            "validationID",
+            "publicKey",
+            "remainingBalanceOwner",
+            "deactivationOwner",
+            "minNonce",
+            "balance"
+        ]
     );
-    let one = n.ok("platform.getL1Validator", json!({"validationID": l0["validationID"]})).await;
+    let one = n
+        .ok(
+            "platform.getL1Validator",
+            json!({"validationID": l0["validationID"]}),
+        )
+        .await;
     assert_eq!(one["subnetID"], l1_id.as_str());
-    assert!(is_uint_str(&one["height"]) && is_uint_str(&one["balance"]) && is_uint_str(&one["minNonce"]));
+    assert!(
+        is_uint_str(&one["height"])
+            && is_uint_str(&one["balance"])
+            && is_uint_str(&one["minNonce"])
+    );
     assert_eq!(one["remainingBalanceOwner"]["threshold"], "1");
     let missing = "2mcwQKiD8VEspmMJpL1dc7okQQ5dDVAWeCBZ7FWBFAbxpv3t7w";
     assert_eq!(
-        n.err("platform.getL1Validator", json!({"validationID": missing})).await,
+        n.err("platform.getL1Validator", json!({"validationID": missing}))
+            .await,
         format!("fetching L1 validator \"{missing}\": not found")
     );
 
@@ -547,94 +862,172 @@ async fn validators_subnets_and_chains() {
     assert_eq!(keys(&cl[0]), ["id", "name", "subnetID", "vmID"]);
     assert_eq!(cl[cl.len() - 2]["name"], "X-Chain");
     assert_eq!(cl[cl.len() - 1]["name"], "C-Chain");
-    let sub_chain = cl.iter().find(|c| c["subnetID"] == perm_id.as_str()).unwrap();
+    let sub_chain = cl
+        .iter()
+        .find(|c| c["subnetID"] == perm_id.as_str())
+        .unwrap();
     assert_eq!(
-        n.ok("platform.validatedBy", json!({"blockchainID": sub_chain["id"]})).await,
+        n.ok(
+            "platform.validatedBy",
+            json!({"blockchainID": sub_chain["id"]})
+        )
+        .await,
         json!({"subnetID": perm_id})
     );
     assert_eq!(
-        n.ok("platform.validatedBy", json!({"blockchainID": EMPTY})).await,
+        n.ok("platform.validatedBy", json!({"blockchainID": EMPTY}))
+            .await,
         json!({"subnetID": EMPTY})
     );
     assert_eq!(
-        n.err("platform.validatedBy", json!({"blockchainID": missing})).await,
+        n.err("platform.validatedBy", json!({"blockchainID": missing}))
+            .await,
         format!("problem retrieving blockchain \"{missing}\": not found")
     );
-    let v = n.ok("platform.validates", json!({"subnetID": perm_id})).await;
+    let v = n
+        .ok("platform.validates", json!({"subnetID": perm_id}))
+        .await;
     assert_eq!(v["blockchainIDs"], json!([sub_chain["id"]]));
     let v = n.ok("platform.validates", json!({})).await;
     assert_eq!(v["blockchainIDs"].as_array().unwrap().len(), 2);
     assert_eq!(
-        n.err("platform.validates", json!({"subnetID": missing})).await,
+        n.err("platform.validates", json!({"subnetID": missing}))
+            .await,
         format!("problem retrieving subnet \"{missing}\": not found")
     );
-    assert_eq!(n.ok("platform.getBlockchainStatus", json!({"blockchainID": "X"})).await, json!({"status": "Validating"}));
     assert_eq!(
-        n.ok("platform.getBlockchainStatus", json!({"blockchainID": sub_chain["id"]})).await,
+        n.ok("platform.getBlockchainStatus", json!({"blockchainID": "X"}))
+            .await,
+        json!({"status": "Validating"})
+    );
+    assert_eq!(
+        n.ok(
+            "platform.getBlockchainStatus",
+            json!({"blockchainID": sub_chain["id"]})
+        )
+        .await,
         json!({"status": "Created"})
     );
     assert_eq!(
-        n.ok("platform.getBlockchainStatus", json!({"blockchainID": missing})).await,
+        n.ok(
+            "platform.getBlockchainStatus",
+            json!({"blockchainID": missing})
+        )
+        .await,
         json!({"status": "Unknown"})
     );
-    assert_eq!(n.err("platform.getBlockchainStatus", json!({})).await, "argument 'blockchainID' not given");
+    assert_eq!(
+        n.err("platform.getBlockchainStatus", json!({})).await,
+        "argument 'blockchainID' not given"
+    );
     assert!(n
-        .err("platform.getBlockchainStatus", json!({"blockchainID": "zz"}))
+        .err(
+            "platform.getBlockchainStatus",
+            json!({"blockchainID": "zz"})
+        )
         .await
         .starts_with("problem parsing blockchainID \"zz\": "));
 
     // getValidatorsAt: flat map, numeric or quoted height, "proposed", unfinalized height.
-    let at = n.ok("platform.getValidatorsAt", json!({"height": 1000})).await;
+    let at = n
+        .ok("platform.getValidatorsAt", json!({"height": 1000}))
+        .await;
     let (node, entry) = at.as_object().unwrap().iter().next().unwrap();
     assert!(node.starts_with("NodeID-"));
     assert!(is_uint_str(&entry["weight"]));
     assert!(entry["publicKey"].is_string() || entry["publicKey"].is_null());
-    assert_eq!(n.ok("platform.getValidatorsAt", json!({"height": "1000"})).await, at);
-    let early = n.ok("platform.getValidatorsAt", json!({"height": 10})).await;
+    assert_eq!(
+        n.ok("platform.getValidatorsAt", json!({"height": "1000"}))
+            .await,
+        at
+    );
+    let early = n
+        .ok("platform.getValidatorsAt", json!({"height": 10}))
+        .await;
     assert!(early.as_object().unwrap().len() < at.as_object().unwrap().len());
-    let proposed = n.ok("platform.getValidatorsAt", json!({"height": "proposed"})).await;
+    let proposed = n
+        .ok("platform.getValidatorsAt", json!({"height": "proposed"}))
+        .await;
     assert!(!proposed.as_object().unwrap().is_empty());
-    let l1set = n.ok("platform.getValidatorsAt", json!({"height": 5, "subnetID": l1_id})).await;
+    let l1set = n
+        .ok(
+            "platform.getValidatorsAt",
+            json!({"height": 5, "subnetID": l1_id}),
+        )
+        .await;
     assert_eq!(l1set.as_object().unwrap().len(), 4);
-    let e = n.err("platform.getValidatorsAt", json!({"height": 999_999_999})).await;
+    let e = n
+        .err("platform.getValidatorsAt", json!({"height": 999_999_999}))
+        .await;
     assert!(e.starts_with(&format!(
         "failed to get validator set at 999999999: failed to fetch validator set at unfinalized height with SubnetID = {EMPTY}: current P-chain height ("
     )), "{e}");
     assert!(e.ends_with(") < requested P-Chain height (999999999)"));
-    assert_eq!(n.err("platform.getValidatorsAt", json!({"height": u64::MAX})).await, BAD_ARGS);
-    assert_eq!(n.err("platform.getValidatorsAt", json!({"height": "later"})).await, BAD_ARGS);
+    assert_eq!(
+        n.err("platform.getValidatorsAt", json!({"height": u64::MAX}))
+            .await,
+        BAD_ARGS
+    );
+    assert_eq!(
+        n.err("platform.getValidatorsAt", json!({"height": "later"}))
+            .await,
+        BAD_ARGS
+    );
 
     // sampleValidators: sorted, stake-weighted, bounded by the set size.
-    let s = n.ok("platform.sampleValidators", json!({"size": "3"})).await;
-    let picked: Vec<&str> = s["validators"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+    let s = n
+        .ok("platform.sampleValidators", json!({"size": "3"}))
+        .await;
+    let picked: Vec<&str> = s["validators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap())
+        .collect();
     assert_eq!(picked.len(), 3);
     assert_eq!(picked.iter().collect::<HashSet<_>>().len(), 3);
-    assert_eq!(n.ok("platform.sampleValidators", json!({"size": 0})).await, json!({"validators": []}));
     assert_eq!(
-        n.err("platform.sampleValidators", json!({"size": 500})).await,
+        n.ok("platform.sampleValidators", json!({"size": 0})).await,
+        json!({"validators": []})
+    );
+    assert_eq!(
+        n.err("platform.sampleValidators", json!({"size": 500}))
+            .await,
         format!("sampling {EMPTY} errored with insufficient weight")
     );
-    assert_eq!(n.err("platform.sampleValidators", json!({"size": 70000})).await, BAD_ARGS);
+    assert_eq!(
+        n.err("platform.sampleValidators", json!({"size": 70000}))
+            .await,
+        BAD_ARGS
+    );
 
     // Stake totals, minimums, asset.
     let ts = n.ok("platform.getTotalStake", json!({})).await;
     assert_eq!(keys(&ts), ["stake", "weight"]);
-    let ts = n.ok("platform.getTotalStake", json!({"subnetID": perm_id})).await;
+    let ts = n
+        .ok("platform.getTotalStake", json!({"subnetID": perm_id}))
+        .await;
     assert_eq!(keys(&ts), ["weight"]);
     let ms = n.ok("platform.getMinStake", json!({})).await;
-    assert_eq!(ms, json!({"minValidatorStake": "2000000000000", "minDelegatorStake": "25000000000"}));
     assert_eq!(
-        n.err("platform.getMinStake", json!({"subnetID": perm_id})).await,
+        ms,
+        json!({"minValidatorStake": "2000000000000", "minDelegatorStake": "25000000000"})
+    );
+    assert_eq!(
+        n.err("platform.getMinStake", json!({"subnetID": perm_id}))
+            .await,
         format!("failed fetching subnet transformation for {perm_id}: not found")
     );
     let asset = n.ok("platform.getStakingAssetID", json!({})).await;
     assert!(asset["assetID"].is_string());
     assert_eq!(
-        n.err("platform.getStakingAssetID", json!({"subnetID": perm_id})).await,
+        n.err("platform.getStakingAssetID", json!({"subnetID": perm_id}))
+            .await,
         format!("failed fetching subnet transformation for {perm_id}: not found")
     );
     assert_eq!(
-        n.err("platform.getCurrentSupply", json!({"subnetID": perm_id})).await,
+        n.err("platform.getCurrentSupply", json!({"subnetID": perm_id}))
+            .await,
         "fetching current supply failed: not found"
     );
 
@@ -643,9 +1036,21 @@ async fn validators_subnets_and_chains() {
     assert_eq!(keys(&pend), ["validators", "delegators"]);
     assert_eq!(
         keys(&pend["validators"][0]),
-        ["txID", "startTime", "endTime", "stakeAmount", "nodeID", "delegationFee", "connected", "signer"]
+        [
+            "txID",
+            "startTime",
+            "endTime",
+            "stakeAmount",
+            "nodeID",
+            "delegationFee",
+            "connected",
+            "signer"
+        ]
     );
-    assert_eq!(keys(&pend["delegators"][0]), ["txID", "startTime", "endTime", "stakeAmount", "nodeID"]);
+    assert_eq!(
+        keys(&pend["delegators"][0]),
+        ["txID", "startTime", "endTime", "stakeAmount", "nodeID"]
+    );
     let far = 4_000_000_000u64;
     let m = n
         .ok(
@@ -655,7 +1060,11 @@ async fn validators_subnets_and_chains() {
         .await;
     assert!(is_uint_str(&m["amount"]));
     assert_eq!(
-        n.err("platform.getMaxStakeAmount", json!({"nodeID": v0["nodeID"], "startTime": 10, "endTime": 5})).await,
+        n.err(
+            "platform.getMaxStakeAmount",
+            json!({"nodeID": v0["nodeID"], "startTime": 10, "endTime": 5})
+        )
+        .await,
         "start time must be before end time"
     );
 }
@@ -665,14 +1074,23 @@ async fn fees_time_and_heights() {
     let n = Node::start().await;
     let fc = n.ok("platform.getFeeConfig", json!({})).await;
     assert_eq!(fc["weights"], json!([1, 1000, 1000, 4]));
-    for f in ["maxCapacity", "maxPerSecond", "targetPerSecond", "minPrice", "excessConversionConstant"] {
+    for f in [
+        "maxCapacity",
+        "maxPerSecond",
+        "targetPerSecond",
+        "minPrice",
+        "excessConversionConstant",
+    ] {
         assert!(fc[f].is_u64(), "{f}");
     }
     let fs = n.ok("platform.getFeeState", json!({})).await;
     assert_eq!(keys(&fs), ["capacity", "excess", "price", "timestamp"]);
     assert!(fs["capacity"].is_u64() && fs["price"].is_u64());
     let vc = n.ok("platform.getValidatorFeeConfig", json!({})).await;
-    assert_eq!(keys(&vc), ["capacity", "target", "minPrice", "excessConversionConstant"]);
+    assert_eq!(
+        keys(&vc),
+        ["capacity", "target", "minPrice", "excessConversionConstant"]
+    );
     let vs = n.ok("platform.getValidatorFeeState", json!({})).await;
     assert_eq!(keys(&vs), ["excess", "price", "timestamp"]);
     let t = n.ok("platform.getTimestamp", json!({})).await;
@@ -692,18 +1110,34 @@ async fn keystore_methods_need_the_demo_user() {
     let addr = list["addresses"][0].as_str().unwrap();
     assert!(addr.starts_with("P-local1"));
     let key = n
-        .ok("platform.exportKey", json!({"username": "demo", "password": "Sn0wg4te-demo!", "address": addr}))
+        .ok(
+            "platform.exportKey",
+            json!({"username": "demo", "password": "Sn0wg4te-demo!", "address": addr}),
+        )
         .await;
-    assert!(key["privateKey"].as_str().unwrap().starts_with("PrivateKey-"));
+    assert!(key["privateKey"]
+        .as_str()
+        .unwrap()
+        .starts_with("PrivateKey-"));
     assert_eq!(
-        n.err("platform.listAddresses", json!({"username": "demo", "password": "wrong"})).await,
+        n.err(
+            "platform.listAddresses",
+            json!({"username": "demo", "password": "wrong"})
+        )
+        .await,
         "incorrect password: user \"demo\""
     );
-    assert_eq!(n.err("platform.listAddresses", json!({})).await, "empty username");
+    assert_eq!(
+        n.err("platform.listAddresses", json!({})).await,
+        "empty username"
+    );
     let other = n.ok("platform.getBlockchains", json!({})).await;
     let _ = other;
     assert!(n
-        .err("platform.exportKey", json!({"username": "demo", "password": "Sn0wg4te-demo!", "address": "P-local1xyz"}))
+        .err(
+            "platform.exportKey",
+            json!({"username": "demo", "password": "Sn0wg4te-demo!", "address": "P-local1xyz"})
+        )
         .await
         .starts_with("couldn't parse"));
 }
@@ -716,14 +1150,22 @@ async fn issue_tx_lifecycle() {
         (chain.sample_tx_hex(1), chain.sample_tx_hex(2))
     };
     assert_ne!(good, other);
-    let r = n.ok("platform.issueTx", json!({"tx": good, "encoding": "hex"})).await;
+    let r = n
+        .ok("platform.issueTx", json!({"tx": good, "encoding": "hex"}))
+        .await;
     let id = r["txID"].as_str().unwrap().to_string();
     // Re-issuing gives the same ID.
-    assert_eq!(n.ok("platform.issueTx", json!({"tx": good})).await["txID"], id.as_str());
+    assert_eq!(
+        n.ok("platform.issueTx", json!({"tx": good})).await["txID"],
+        id.as_str()
+    );
     let mut status = n.ok("platform.getTxStatus", json!({"txID": id})).await;
     // The tx may already have been committed if a block landed in between.
     if status["status"] == "Processing" {
-        assert_eq!(n.err("platform.getTx", json!({"txID": id})).await, "couldn't get tx: not found");
+        assert_eq!(
+            n.err("platform.getTx", json!({"txID": id})).await,
+            "couldn't get tx: not found"
+        );
         for _ in 0..100 {
             tokio::time::sleep(Duration::from_millis(50)).await;
             status = n.ok("platform.getTxStatus", json!({"txID": id})).await;
@@ -735,9 +1177,14 @@ async fn issue_tx_lifecycle() {
     assert_eq!(status, json!({"status": "Committed"}));
     let tx = n.ok("platform.getTx", json!({"txID": id})).await;
     assert_eq!(tx["tx"], good.as_str());
-    let tj = n.ok("platform.getTx", json!({"txID": id, "encoding": "json"})).await;
+    let tj = n
+        .ok("platform.getTx", json!({"txID": id, "encoding": "json"}))
+        .await;
     assert_eq!(tj["tx"]["id"], id.as_str());
-    assert_eq!(n.ok("platform.issueTx", json!({"tx": good})).await["txID"], id.as_str());
+    assert_eq!(
+        n.ok("platform.issueTx", json!({"tx": good})).await["txID"],
+        id.as_str()
+    );
 
     // Malformed: hex is fine but the bytes are no tx -> error, and Dropped with a reason.
     let junk = {
@@ -747,9 +1194,9 @@ async fn issue_tx_lifecycle() {
     let e = n.err("platform.issueTx", json!({"tx": junk})).await;
     assert!(e.starts_with("couldn't parse tx: "), "{e}");
     // Its ID is sha256 of the bytes; find it through the status.
-    let junk_id = snowgate::devnode::chain::codec::id_str(&snowgate::devnode::chain::codec::sha256(
-        b"definitely not a transaction",
-    ));
+    let junk_id = snowgate::devnode::chain::codec::id_str(
+        &snowgate::devnode::chain::codec::sha256(b"definitely not a transaction"),
+    );
     let st = n.ok("platform.getTxStatus", json!({"txID": junk_id})).await;
     assert_eq!(st["status"], "Dropped");
     assert!(st["reason"].as_str().unwrap().contains("couldn't parse tx"));

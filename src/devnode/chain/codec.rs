@@ -176,7 +176,7 @@ pub fn hex_decode(s: &str, checked: bool) -> Result<Vec<u8>, DecodeError> {
     };
     let raw = body.as_bytes();
     let mut out = Vec::with_capacity(raw.len() / 2);
-    for (i, pair) in raw.chunks(2).enumerate() {
+    for pair in raw.chunks(2) {
         let nib = |c: u8| -> Result<u8, DecodeError> {
             char::from(c)
                 .to_digit(16)
@@ -185,7 +185,6 @@ pub fn hex_decode(s: &str, checked: bool) -> Result<Vec<u8>, DecodeError> {
         };
         let hi = nib(pair[0])?;
         let Some(&lo_c) = pair.get(1) else {
-            let _ = i;
             return Err(DecodeError("encoding/hex: odd length hex string".into()));
         };
         let lo = nib(lo_c)?;

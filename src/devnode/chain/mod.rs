@@ -220,7 +220,6 @@ impl Chain {
     /// A valid signed BaseTx (hex with checksum) for tests; distinct per `nonce`.
     pub fn sample_tx_hex(&self, nonce: u64) -> String {
         let avax = self.st.net.avax;
-        let from = self.st.addrs[2];
         let unsigned = Unsigned::Base(BaseTx {
             network_id: self.config.network_id,
             blockchain_id: EMPTY_ID,
@@ -246,7 +245,6 @@ impl Chain {
             }],
             memo: nonce.to_be_bytes().to_vec(),
         });
-        let _ = from;
         hex_checksum(&Tx::sign(unsigned, &self.st.keys[2]).bytes())
     }
 
@@ -289,6 +287,161 @@ mod tests {
         let p = a.st.block_at(1500).unwrap();
         assert_eq!(codec::sha256(&p.bytes), a.st.blocks[1500].id);
         let _ = start.elapsed();
+    }
+
+    fn call(c: &Chain, v: &View<'_>, m: &str, params: &str) -> Result<String, CallError> {
+        let (service, method) = m.split_once('.').unwrap();
+        let p = Json::parse(params.as_bytes()).unwrap();
+        c.call(v, service, method, Some(&p))
+    }
+
+    #[test]
+    fn a_frozen_node_answers_as_of_its_height() {
+        let mut c = chain(3);
+        for i in 0..5 {
+            c.advance(UNIX_EPOCH + Duration::from_secs(1_800_000_000 + i));
+        }
+        let id = NodeIdentity::generate(3, 0);
+        let live = View {
+            height_cap: None,
+            bootstrapped: true,
+            identity: &id,
+        };
+        let frozen = View {
+            height_cap: Some(1002),
+            bootstrapped: true,
+            identity: &id,
+        };
+        assert_eq!(c.height(&live), 1005);
+        assert_eq!(
+            call(&c, &frozen, "platform.GetHeight", "{}").unwrap(),
+            r#"{"height":"1002"}"#
+        );
+        assert_eq!(
+            call(
+                &c,
+                &frozen,
+                "platform.GetBlockByHeight",
+                r#"{"height":1003}"#
+            ),
+            Err(CallError::App(
+                "couldn't get block at height 1003: not found".into()
+            ))
+        );
+        let block_id = codec::id_str(&c.st.blocks[1004].id);
+        let q = format!(r#"{{"blockID":"{block_id}"}}"#);
+        assert!(call(&c, &live, "platform.GetBlock", &q).is_ok());
+        assert!(matches!(
+            call(&c, &frozen, "platform.GetBlock", &q),
+            Err(CallError::App(_))
+        ));
+        // A tx of a later block: not found, status Unknown; committed for the live node.
+        let (&tx, _) = c.st.tx_index.iter().find(|(_, (h, _))| *h == 1004).unwrap();
+        let q = format!(r#"{{"txID":"{}"}}"#, codec::id_str(&tx));
+        assert_eq!(
+            call(&c, &live, "platform.GetTxStatus", &q).unwrap(),
+            r#"{"status":"Committed"}"#
+        );
+        assert_eq!(
+            call(&c, &frozen, "platform.GetTxStatus", &q).unwrap(),
+            r#"{"status":"Unknown"}"#
+        );
+        assert_eq!(
+            call(&c, &frozen, "platform.GetTx", &q),
+            Err(CallError::App("couldn't get tx: not found".into()))
+        );
+        let ts_live = call(&c, &live, "platform.GetTimestamp", "{}").unwrap();
+        let ts_frozen = call(&c, &frozen, "platform.GetTimestamp", "{}").unwrap();
+        assert_ne!(ts_live, ts_frozen);
+        assert_eq!(
+            ts_frozen,
+            format!(
+                r#"{{"timestamp":"{}"}}"#,
+                codec::rfc3339(c.st.blocks[1002].time)
+            )
+        );
+        let e = call(
+            &c,
+            &frozen,
+            "platform.GetValidatorsAt",
+            r#"{"height":1004}"#,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, CallError::App(m) if m.ends_with("current P-chain height (1002) < requested P-Chain height (1004)"))
+        );
+        assert!(call(&c, &live, "platform.GetValidatorsAt", r#"{"height":1004}"#).is_ok());
+        // Balances follow the height too: the payment UTXO of block 1004 is not visible.
+        let p = c.st.block_at(1004).unwrap().payment;
+        let addr = codec::address_str("local", &p.out.owners.addrs[0]);
+        let q = format!(r#"{{"addresses":["{addr}"]}}"#);
+        assert_ne!(
+            call(&c, &live, "platform.GetBalance", &q).unwrap(),
+            call(&c, &frozen, "platform.GetBalance", &q).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_bootstrapping_node_reports_the_p_chain_not_bootstrapped() {
+        let c = chain(3);
+        let id = NodeIdentity::generate(3, 9);
+        let v = View {
+            height_cap: None,
+            bootstrapped: false,
+            identity: &id,
+        };
+        assert_eq!(
+            call(&c, &v, "info.IsBootstrapped", r#"{"chain":"P"}"#).unwrap(),
+            r#"{"isBootstrapped":false}"#
+        );
+        assert_eq!(
+            call(&c, &v, "info.IsBootstrapped", r#"{"chain":"X"}"#).unwrap(),
+            r#"{"isBootstrapped":true}"#
+        );
+        // Identity 9 is no validator.
+        assert_eq!(
+            call(&c, &v, "info.Uptime", "{}"),
+            Err(CallError::App(
+                "couldn't get node uptime: node is not a validator".into()
+            ))
+        );
+        assert_eq!(
+            call(
+                &c,
+                &v,
+                "platform.GetBlockchainStatus",
+                r#"{"blockchainID":"P"}"#
+            )
+            .unwrap(),
+            r#"{"status":"Syncing"}"#
+        );
+    }
+
+    #[test]
+    fn node_local_answers_differ_per_identity_but_shared_ones_do_not() {
+        let c = chain(5);
+        let (a, b) = (NodeIdentity::generate(5, 0), NodeIdentity::generate(5, 1));
+        let va = View {
+            height_cap: None,
+            bootstrapped: true,
+            identity: &a,
+        };
+        let vb = View {
+            height_cap: None,
+            bootstrapped: true,
+            identity: &b,
+        };
+        for m in ["info.GetNodeID", "info.Peers", "info.GetNodeIP"] {
+            assert_ne!(call(&c, &va, m, "{}"), call(&c, &vb, m, "{}"), "{m}");
+        }
+        for m in [
+            "platform.GetBlockchains",
+            "platform.GetSubnets",
+            "platform.GetFeeState",
+            "platform.GetTotalStake",
+        ] {
+            assert_eq!(call(&c, &va, m, "{}"), call(&c, &vb, m, "{}"), "{m}");
+        }
     }
 
     #[test]
