@@ -675,9 +675,10 @@ async fn balances_stake_and_rewards() {
     );
 
     // Reward UTXOs: a finished staker has them, a current one has none.
-    let chain = n.node.network().chain().read();
-    let ended = snowgate::devnode::chain::codec::id_str(&chain.state().ended[0].tx_id);
-    drop(chain);
+    let ended = {
+        let chain = n.node.network().chain().read();
+        snowgate::devnode::chain::codec::id_str(&chain.state().ended[0].tx_id)
+    };
     let rw = n
         .ok("platform.getRewardUTXOs", json!({"txID": ended}))
         .await;
