@@ -21,6 +21,8 @@ pub struct Caller {
     pub pin: Option<String>,
     /// The client's address.
     pub ip: IpAddr,
+    /// Whose quota the call is charged to.
+    pub client: crate::ratelimit::ClientId,
 }
 
 /// One call on its way to a node.

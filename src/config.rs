@@ -29,6 +29,10 @@ pub struct Config {
     pub admin: AdminConfig,
     #[serde(default)]
     pub cache: crate::cache::CacheConfig,
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    #[serde(default)]
+    pub rate_limit: crate::ratelimit::RateLimitConfig,
     /// Per-method additions and overrides of the built-in registry, keyed by method name:
     /// `[methods."platform.getAllValidatorsAt"] family = "platform"`.
     #[serde(default)]
@@ -41,15 +45,60 @@ pub struct Config {
 pub struct ServerConfig {
     /// Address of the public endpoint.
     pub listen: SocketAddr,
-    /// Largest request body accepted (bytes).
-    pub max_body_bytes: usize,
+    /// On SIGTERM/SIGINT, how long requests in flight may take to finish.
+    #[serde(with = "humantime_serde")]
+    pub drain_timeout: Duration,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 9650)),
-            max_body_bytes: 1024 * 1024,
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// `[limits]`: hard limits on what a client may send and what a node may answer, each with a
+/// clear error when crossed.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Largest request body (bytes): 413 with a JSON-RPC error beyond it.
+    pub body_bytes: usize,
+    /// Most calls in one batch: 413 with a JSON-RPC error beyond it.
+    pub batch_len: usize,
+    /// Calls of one batch in flight at once.
+    pub batch_concurrency: usize,
+    /// Deepest JSON nesting of a request (the envelope object is level 1).
+    pub depth: usize,
+    /// Largest answer accepted from a node (bytes): a 502 beyond it.
+    pub response_bytes: usize,
+    /// Time allowed to receive a request's headers (HTTP/1.1); a trickling client is cut off.
+    #[serde(with = "humantime_serde")]
+    pub header_timeout: Duration,
+    /// A connection with no request for this long is closed.
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// One request, all attempts on all nodes included: 504 beyond it.
+    #[serde(with = "humantime_serde")]
+    pub request_deadline: Duration,
+    /// Open client connections; beyond it a new connection gets 503 and is closed.
+    pub max_connections: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            body_bytes: 1024 * 1024,
+            batch_len: 100,
+            batch_concurrency: 16,
+            depth: 32,
+            response_bytes: 64 * 1024 * 1024,
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            request_deadline: Duration::from_secs(10),
+            max_connections: 10_000,
         }
     }
 }
@@ -104,15 +153,12 @@ pub struct ForwardConfig {
     /// Time allowed for one attempt on one node.
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
-    /// Time allowed for a client request across all attempts.
-    #[serde(with = "humantime_serde")]
-    pub deadline: Duration,
     /// Attempts per request (the first one included).
     pub max_attempts: u32,
-    /// Largest answer body accepted from a node (bytes).
-    pub max_response_bytes: usize,
     /// Idle keep-alive connections kept per node.
     pub pool_max_idle: usize,
+    /// Requests in flight to one node; more wait (within the request deadline, then 503).
+    pub max_concurrency: usize,
 }
 
 impl Default for ForwardConfig {
@@ -120,10 +166,9 @@ impl Default for ForwardConfig {
         ForwardConfig {
             connect_timeout: Duration::from_secs(1),
             request_timeout: Duration::from_secs(5),
-            deadline: Duration::from_secs(10),
             max_attempts: 3,
-            max_response_bytes: 64 * 1024 * 1024,
             pool_max_idle: 256,
+            max_concurrency: 512,
         }
     }
 }
@@ -240,17 +285,47 @@ impl Config {
                 "timeouts must be greater than zero",
             );
         }
-        if f.deadline < f.request_timeout {
+        if f.max_concurrency == 0 {
+            return bad("upstream.max_concurrency", "must be at least 1");
+        }
+        let l = &self.limits;
+        for (key, value) in [
+            ("limits.body_bytes", l.body_bytes),
+            ("limits.batch_len", l.batch_len),
+            ("limits.batch_concurrency", l.batch_concurrency),
+            ("limits.response_bytes", l.response_bytes),
+            ("limits.max_connections", l.max_connections),
+        ] {
+            if value == 0 {
+                return bad(key, "must be greater than zero");
+            }
+        }
+        if l.depth < 3 {
             return bad(
-                "upstream.deadline",
+                "limits.depth",
+                "must be at least 3 (envelope, params, one value)",
+            );
+        }
+        for (key, value) in [
+            ("limits.header_timeout", l.header_timeout),
+            ("limits.idle_timeout", l.idle_timeout),
+            ("limits.request_deadline", l.request_deadline),
+        ] {
+            if value.is_zero() {
+                return bad(key, "must be greater than zero");
+            }
+        }
+        if l.request_deadline < f.request_timeout {
+            return bad(
+                "limits.request_deadline",
                 "must be at least upstream.request_timeout",
             );
         }
-        if f.max_response_bytes == 0 {
-            return bad("upstream.max_response_bytes", "must be greater than zero");
-        }
-        if self.server.max_body_bytes == 0 {
-            return bad("server.max_body_bytes", "must be greater than zero");
+        if let Err((key, msg)) = self
+            .rate_limit
+            .validate(&crate::methods::Registry::with_overrides(&self.methods))
+        {
+            return bad(&key, &msg);
         }
         if self.cache.max_bytes < 1024 * 1024 {
             return bad("cache.max_bytes", "must be at least 1 MiB");

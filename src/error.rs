@@ -53,9 +53,15 @@ pub enum ProxyError {
     /// `X-Snowgate-Upstream` names no configured upstream.
     #[error("unknown upstream {0:?} in X-Snowgate-Upstream")]
     UnknownUpstream(String),
+    /// The client is over its quota.
+    #[error("rate limit exceeded: retry after {retry_after_secs}s")]
+    RateLimited { retry_after_secs: u64 },
     /// No upstream can take the request.
     #[error("no healthy upstream")]
     NoHealthyUpstream,
+    /// Every usable upstream is at its concurrency limit until the deadline.
+    #[error("upstreams are at their concurrency limit")]
+    Overloaded,
     /// The upstream did not answer in time.
     #[error("upstream {upstream} timed out")]
     UpstreamTimeout { upstream: String },
@@ -75,7 +81,9 @@ impl ProxyError {
             | ProxyError::WrongPath { .. }
             | ProxyError::Refused { .. } => -32601,
             ProxyError::Ambiguous(_) | ProxyError::UnknownUpstream(_) => -32600,
-            ProxyError::NoHealthyUpstream
+            ProxyError::RateLimited { .. } => -32005,
+            ProxyError::Overloaded
+            | ProxyError::NoHealthyUpstream
             | ProxyError::UpstreamTimeout { .. }
             | ProxyError::UpstreamUnavailable { .. }
             | ProxyError::BadUpstreamAnswer { .. } => -32603,
@@ -90,7 +98,10 @@ impl ProxyError {
             | ProxyError::Refused { .. }
             | ProxyError::Ambiguous(_)
             | ProxyError::UnknownUpstream(_) => StatusCode::OK,
-            ProxyError::NoHealthyUpstream => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ProxyError::NoHealthyUpstream | ProxyError::Overloaded => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ProxyError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::UpstreamUnavailable { .. } | ProxyError::BadUpstreamAnswer { .. } => {
                 StatusCode::BAD_GATEWAY
@@ -105,8 +116,9 @@ impl ProxyError {
             | ProxyError::WrongPath { .. }
             | ProxyError::Refused { .. }
             | ProxyError::Ambiguous(_)
-            | ProxyError::UnknownUpstream(_) => Blame::Client,
-            ProxyError::NoHealthyUpstream => Blame::Proxy,
+            | ProxyError::UnknownUpstream(_)
+            | ProxyError::RateLimited { .. } => Blame::Client,
+            ProxyError::NoHealthyUpstream | ProxyError::Overloaded => Blame::Proxy,
             ProxyError::UpstreamTimeout { .. }
             | ProxyError::UpstreamUnavailable { .. }
             | ProxyError::BadUpstreamAnswer { .. } => Blame::Upstream,
@@ -119,7 +131,9 @@ impl ProxyError {
             ProxyError::UnknownMethod { .. } | ProxyError::WrongPath { .. } => "unknown_method",
             ProxyError::Refused { .. } => "refused",
             ProxyError::Ambiguous(_) | ProxyError::UnknownUpstream(_) => "invalid_request",
+            ProxyError::RateLimited { .. } => "rate_limited",
             ProxyError::NoHealthyUpstream => "no_upstream",
+            ProxyError::Overloaded => "overloaded",
             ProxyError::UpstreamTimeout { .. } => "upstream_timeout",
             ProxyError::UpstreamUnavailable { .. } => "upstream_unavailable",
             ProxyError::BadUpstreamAnswer { .. } => "bad_upstream_answer",

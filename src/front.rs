@@ -1,24 +1,29 @@
-//! The HTTP front of the request path: routes, HTTP-level refusals as a node words them, the
-//! JSON-RPC envelope turned into an [`RpcCall`], and the answer written back with the client's id.
+//! The HTTP front of the request path: routes, HTTP-level refusals as a node words them, CORS as
+//! a node answers it, the JSON-RPC envelope (or a batch of them) turned into [`RpcCall`]s, and
+//! each answer written back with the client's id.
 //!
 //! Routes: `POST /ext/info` and the five P-chain paths (forwarded to the node's canonical path),
-//! `GET /ext/health` (the pool's state), `GET /metrics`; everything else 404. Only what is parsed
-//! here is forwarded: the client's headers and bytes never reach a node.
+//! `GET /ext/health` (the pool's state), `GET /metrics`, the admin purge endpoint; everything else
+//! 404. Only what is parsed here is forwarded: the client's headers and bytes never reach a node.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use futures_util::StreamExt;
+use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use tower::ServiceExt;
 
-use crate::call::{Answer, Caller, RpcCall};
+use crate::call::{AnswerKind, Caller, RpcCall};
+use crate::config::LimitsConfig;
 use crate::error::ProxyError;
-use crate::jsonrpc::{self, response, Verdict};
+use crate::jsonrpc::{self, gojson, response, Verdict};
 use crate::methods::{family_for_path, Family, Registry};
 use crate::metrics::Metrics;
 use crate::policy::AdminKeys;
+use crate::ratelimit::{ClientId, Limiter};
 use crate::stack::RpcService;
 use crate::upstream::Pool;
 
@@ -36,8 +41,12 @@ pub struct Front {
     pub rpc: RpcService,
     /// The answer cache, for the admin purge endpoint (`None` when disabled).
     pub cache: Option<Arc<crate::cache::AnswerCache>>,
+    /// The rate limiter, to tell who a client is (`None` when disabled).
+    pub limiter: Option<Arc<Limiter>>,
     pub metrics: Metrics,
-    pub max_body_bytes: usize,
+    pub limits: LimitsConfig,
+    /// Set on SIGTERM: `/ext/health` answers 503 and connections are closed after their answer.
+    pub draining: Arc<AtomicBool>,
 }
 
 type HttpResponse = Response<Full<Bytes>>;
@@ -67,9 +76,154 @@ fn empty() -> HttpResponse {
     Response::new(Full::new(Bytes::new()))
 }
 
+/// What one call (single or inside a batch) comes to.
+struct Outcome {
+    /// The JSON-RPC answer (with its trailing newline); `None` for a notification.
+    body: Option<Vec<u8>>,
+    status: StatusCode,
+    retry_after: Option<u64>,
+    cache: Option<&'static str>,
+}
+
+impl Outcome {
+    fn silent() -> Outcome {
+        Outcome {
+            body: None,
+            status: StatusCode::OK,
+            retry_after: None,
+            cache: None,
+        }
+    }
+
+    fn error(e: &ProxyError, id: Option<&[u8]>) -> Outcome {
+        Outcome {
+            body: Some(e.body(id)),
+            status: e.status(),
+            retry_after: match e {
+                ProxyError::RateLimited { retry_after_secs } => Some(*retry_after_secs),
+                _ => None,
+            },
+            cache: None,
+        }
+    }
+
+    fn rpc_error(code: i64, message: &str, data: Option<&str>, id: Option<&[u8]>) -> Outcome {
+        Outcome {
+            body: Some(response::error(code, message, data, id)),
+            status: StatusCode::OK,
+            retry_after: None,
+            cache: None,
+        }
+    }
+}
+
+/// CORS the way avalanchego's rs/cors answers (any origin, credentials allowed, `Vary: Origin`
+/// always). Written here rather than with tower-http's layer, which treats every `OPTIONS` as a
+/// preflight and refuses `*` with credentials; a node does neither.
+mod cors {
+    use super::*;
+
+    const METHODS: &str = "GET, POST, HEAD";
+    const HEADERS: [&str; 8] = [
+        "origin",
+        "accept",
+        "content-type",
+        "x-requested-with",
+        "authorization",
+        "x-api-key",
+        "rltoken",
+        "x-snowgate-upstream",
+    ];
+
+    /// The answer to a preflight request, if this is one.
+    pub fn preflight(method: &Method, headers: &HeaderMap) -> Option<HttpResponse> {
+        if method != Method::OPTIONS || !headers.contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
+        {
+            return None;
+        }
+        let mut r = empty();
+        let requested = headers
+            .get(header::ACCESS_CONTROL_REQUEST_METHOD)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        let asked_headers = headers
+            .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        let headers_ok = asked_headers
+            .split(',')
+            .map(|h| h.trim().to_ascii_lowercase())
+            .all(|h| h.is_empty() || HEADERS.contains(&h.as_str()));
+        let h = r.headers_mut();
+        h.insert(
+            header::VARY,
+            HeaderValue::from_static(
+                "Origin, Access-Control-Request-Method, Access-Control-Request-Headers",
+            ),
+        );
+        if headers.contains_key(header::ORIGIN)
+            && METHODS.contains(requested)
+            && !requested.is_empty()
+            && headers_ok
+        {
+            h.insert(
+                header::ACCESS_CONTROL_ALLOW_ORIGIN,
+                HeaderValue::from_static("*"),
+            );
+            h.insert(
+                header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+                HeaderValue::from_static("true"),
+            );
+            if let Ok(v) = HeaderValue::from_str(&requested.to_ascii_uppercase()) {
+                h.insert(header::ACCESS_CONTROL_ALLOW_METHODS, v);
+            }
+            if !asked_headers.is_empty() {
+                if let Ok(v) = HeaderValue::from_str(asked_headers) {
+                    h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, v);
+                }
+            }
+        }
+        Some(r)
+    }
+
+    /// Headers every actual response carries.
+    pub fn decorate(request_has_origin: bool, r: &mut HttpResponse) {
+        let h = r.headers_mut();
+        h.insert(header::VARY, HeaderValue::from_static("Origin"));
+        if request_has_origin {
+            h.insert(
+                header::ACCESS_CONTROL_ALLOW_ORIGIN,
+                HeaderValue::from_static("*"),
+            );
+            h.insert(
+                header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+                HeaderValue::from_static("true"),
+            );
+        }
+    }
+}
+
 impl Front {
     /// Answers one HTTP request from `peer`.
     pub async fn handle<B>(self: Arc<Self>, req: Request<B>, peer: SocketAddr) -> HttpResponse
+    where
+        B: http_body::Body<Data = Bytes> + Send,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        if let Some(r) = cors::preflight(req.method(), req.headers()) {
+            return r;
+        }
+        let has_origin = req.headers().contains_key(header::ORIGIN);
+        let mut r = self.route(req, peer).await;
+        cors::decorate(has_origin, &mut r);
+        if self.draining.load(Ordering::Relaxed) {
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        r
+    }
+
+    async fn route<B>(&self, req: Request<B>, peer: SocketAddr) -> HttpResponse
     where
         B: http_body::Body<Data = Bytes> + Send,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -116,31 +270,13 @@ impl Front {
                 text(StatusCode::UNSUPPORTED_MEDIA_TYPE, msg),
             );
         }
-        let admin = self.admin.authorizes(
-            req.headers()
-                .get(header::AUTHORIZATION)
-                .map(|v| v.as_bytes()),
-        );
-        let pin = if admin {
-            req.headers()
-                .get(PIN_HEADER)
-                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-        } else {
-            None
-        };
-        let caller = Caller {
-            admin,
-            pin,
-            ip: peer.ip(),
-        };
-        let body = match Limited::new(req.into_body(), self.max_body_bytes)
-            .collect()
-            .await
-        {
+        let caller = self.caller(req.headers(), peer);
+        let limit = self.limits.body_bytes;
+        let body = match Limited::new(req.into_body(), limit).collect().await {
             Ok(b) => b.to_bytes(),
             Err(e) => {
                 if e.is::<http_body_util::LengthLimitError>() {
-                    let msg = format!("request body larger than {} bytes", self.max_body_bytes);
+                    let msg = format!("request body larger than {limit} bytes");
                     let body = response::error(-32600, &msg, None, None);
                     return self
                         .reject("body_too_large", json(StatusCode::PAYLOAD_TOO_LARGE, body));
@@ -151,7 +287,61 @@ impl Front {
                 );
             }
         };
-        self.rpc(family, &path, &body, caller).await
+        self.rpc(family, &path, &body, &caller).await
+    }
+
+    /// Who is calling: admin or not, pinning, and whose quota pays.
+    fn caller(&self, headers: &HeaderMap, peer: SocketAddr) -> Caller {
+        let admin = self
+            .admin
+            .authorizes(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()));
+        let pin = if admin {
+            headers
+                .get(PIN_HEADER)
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        } else {
+            None
+        };
+        let client = match &self.limiter {
+            Some(l) => l.identify(peer.ip(), headers),
+            None => ClientId::Ip(peer.ip()),
+        };
+        Caller {
+            admin,
+            pin,
+            ip: peer.ip(),
+            client,
+        }
+    }
+
+    fn reject(&self, reason: &str, r: HttpResponse) -> HttpResponse {
+        self.metrics
+            .http_rejections
+            .with_label_values(&[reason])
+            .inc();
+        r
+    }
+
+    fn health(&self, method: &Method) -> HttpResponse {
+        if method == Method::POST {
+            return text(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "snowgate answers GET /ext/health\n",
+            );
+        }
+        let mut status = self.pool.status();
+        if self.draining.load(Ordering::Relaxed) {
+            status.healthy = false;
+            status.draining = true;
+        }
+        let code = if status.healthy {
+            StatusCode::OK
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        };
+        let mut body = serde_json::to_vec(&status).unwrap_or_default();
+        body.push(b'\n');
+        json(code, body)
     }
 
     /// `POST /snowgate/cache/purge[?method=NAME]`, admin only.
@@ -199,53 +389,117 @@ impl Front {
         }
     }
 
-    fn reject(&self, reason: &str, r: HttpResponse) -> HttpResponse {
-        self.metrics
-            .http_rejections
-            .with_label_values(&[reason])
-            .inc();
+    /// A JSON-RPC body, already read: one call or a batch.
+    async fn rpc(&self, family: Family, path: &str, body: &[u8], caller: &Caller) -> HttpResponse {
+        if gojson::nesting_depth(body) > self.limits.depth {
+            self.count("-", "invalid_request");
+            let msg = format!("request nested deeper than {} levels", self.limits.depth);
+            return json(StatusCode::OK, response::error(-32600, &msg, None, None));
+        }
+        let first = body.iter().find(|c| !c.is_ascii_whitespace());
+        if first == Some(&b'[') {
+            if let Ok(range) = gojson::scan_value(body) {
+                return self.batch(family, path, &body[range], caller).await;
+            }
+        }
+        let outcome = self.one(family, path, body, caller, false).await;
+        let mut r = match outcome.body {
+            Some(b) => json(outcome.status, b),
+            None => empty(),
+        };
+        if let Some(secs) = outcome.retry_after {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if let Some(c) = outcome.cache {
+            r.headers_mut()
+                .insert("x-cache", HeaderValue::from_static(c));
+        }
         r
     }
 
-    fn health(&self, method: &Method) -> HttpResponse {
-        if method == Method::POST {
-            return text(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "snowgate answers GET /ext/health\n",
+    /// A batch: snowgate's extension (nodes refuse arrays). Each call goes through the whole
+    /// stack on its own, a bounded number at a time; answers keep the order of the calls;
+    /// notifications get no entry.
+    async fn batch(&self, family: Family, path: &str, raw: &[u8], caller: &Caller) -> HttpResponse {
+        let elements = gojson::array_elements(raw).unwrap_or_default();
+        if elements.is_empty() {
+            self.count("-", "invalid_request");
+            return json(
+                StatusCode::OK,
+                response::error(-32600, "invalid request: empty batch", None, None),
             );
         }
-        let status = self.pool.status();
-        let code = if status.healthy {
-            StatusCode::OK
-        } else {
-            StatusCode::SERVICE_UNAVAILABLE
-        };
-        let mut body = serde_json::to_vec(&status).unwrap_or_default();
-        body.push(b'\n');
-        json(code, body)
+        if elements.len() > self.limits.batch_len {
+            self.count("-", "invalid_request");
+            let msg = format!(
+                "batch of {} calls exceeds the limit of {}",
+                elements.len(),
+                self.limits.batch_len
+            );
+            return json(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                response::error(-32600, &msg, None, None),
+            );
+        }
+        type Pending<'a> =
+            std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send + 'a>>;
+        let calls: Vec<Pending<'_>> = elements
+            .into_iter()
+            .map(|e| Box::pin(self.one(family, path, e, caller, true)) as Pending<'_>)
+            .collect();
+        let outcomes: Vec<Outcome> = futures_util::stream::iter(calls)
+            .buffered(self.limits.batch_concurrency)
+            .collect()
+            .await;
+        let retry_after = outcomes.iter().filter_map(|o| o.retry_after).max();
+        let mut out = Vec::with_capacity(outcomes.len() * 64);
+        for body in outcomes.into_iter().filter_map(|o| o.body) {
+            out.push(if out.is_empty() { b'[' } else { b',' });
+            let trimmed = body.strip_suffix(b"\n").unwrap_or(&body);
+            out.extend_from_slice(trimmed);
+        }
+        if out.is_empty() {
+            return empty();
+        }
+        out.extend_from_slice(b"]\n");
+        let mut r = json(StatusCode::OK, out);
+        if let Some(secs) = retry_after {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        r
     }
 
-    /// One JSON-RPC body, already read.
-    async fn rpc(&self, family: Family, path: &str, body: &[u8], caller: Caller) -> HttpResponse {
-        let decoded = jsonrpc::decode(body);
+    /// One call. Inside a batch, envelope errors follow JSON-RPC 2.0 (-32600 for an element that
+    /// is not a request); alone, they follow the node's catalog.
+    async fn one(
+        &self,
+        family: Family,
+        path: &str,
+        raw: &[u8],
+        caller: &Caller,
+        in_batch: bool,
+    ) -> Outcome {
+        let decoded = jsonrpc::decode(raw);
         let id = decoded.envelope.id.as_deref();
         match decoded.verdict() {
+            Verdict::ParseError(msg) if in_batch => {
+                self.count("-", "invalid_request");
+                return Outcome::rpc_error(-32600, &format!("invalid request: {msg}"), None, id);
+            }
             Verdict::ParseError(msg) => {
                 self.count("-", "parse_error");
                 let data = decoded.error_data();
-                return json(
-                    StatusCode::OK,
-                    response::error(-32700, &msg, Some(&data), id),
-                );
+                return Outcome::rpc_error(-32700, &msg, Some(&data), id);
             }
             Verdict::InvalidVersion => {
                 self.count("-", "invalid_request");
-                if id.is_none() {
-                    return empty();
+                if id.is_none() && !in_batch {
+                    return Outcome::silent();
                 }
                 let data = decoded.error_data();
-                let body = response::error(-32600, "jsonrpc must be 2.0", Some(&data), id);
-                return json(StatusCode::OK, body);
+                return Outcome::rpc_error(-32600, "jsonrpc must be 2.0", Some(&data), id);
             }
             Verdict::Call => {}
         }
@@ -273,20 +527,24 @@ impl Front {
             spec,
             params: decoded.envelope.params,
             id: decoded.envelope.id.map(Bytes::from),
-            caller,
+            caller: caller.clone(),
             route_min_height: None,
         };
         let name = call.spec.name.clone();
         let client_id = call.id.clone();
-        let result = self.rpc.clone().oneshot(call).await;
-        match result {
+        match self.rpc.clone().oneshot(call).await {
             Ok(answer) => {
                 let outcome = match answer.kind {
-                    crate::call::AnswerKind::Result => "ok",
-                    crate::call::AnswerKind::Error => "rpc_error",
+                    AnswerKind::Result => "ok",
+                    AnswerKind::Error => "rpc_error",
                 };
                 self.count(&name, outcome);
-                self.answer(&answer, client_id.as_deref())
+                Outcome {
+                    body: client_id.as_deref().map(|id| answer.body(Some(id))),
+                    status: StatusCode::OK,
+                    retry_after: None,
+                    cache: Some(answer.cache.header()),
+                }
             }
             Err(e) => self.refuse(e, &name, client_id.as_deref()),
         }
@@ -299,7 +557,7 @@ impl Front {
             .inc();
     }
 
-    fn refuse(&self, e: ProxyError, method: &str, id: Option<&[u8]>) -> HttpResponse {
+    fn refuse(&self, e: ProxyError, method: &str, id: Option<&[u8]>) -> Outcome {
         self.count(method, e.outcome());
         match e.blame() {
             crate::error::Blame::Client => tracing::debug!(method, error = %e, "refused"),
@@ -307,19 +565,8 @@ impl Front {
         }
         if id.is_none() && e.status() == StatusCode::OK {
             // A notification gets no answer, as from a node.
-            return empty();
+            return Outcome::silent();
         }
-        json(e.status(), e.body(id))
-    }
-
-    fn answer(&self, answer: &Answer, id: Option<&[u8]>) -> HttpResponse {
-        let mut r = if id.is_some() {
-            json(StatusCode::OK, answer.body(id))
-        } else {
-            empty()
-        };
-        r.headers_mut()
-            .insert("x-cache", HeaderValue::from_static(answer.cache.header()));
-        r
+        Outcome::error(&e, id)
     }
 }

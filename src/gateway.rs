@@ -3,7 +3,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -14,6 +13,7 @@ use crate::front::Front;
 use crate::methods::Registry;
 use crate::metrics::Metrics;
 use crate::policy::AdminKeys;
+use crate::ratelimit::Limiter;
 use crate::upstream::Pool;
 
 /// A running gateway. Dropping it does not stop it; call [`Gateway::shutdown`].
@@ -22,6 +22,8 @@ pub struct Gateway {
     pool: Arc<Pool>,
     cache: Option<Arc<AnswerCache>>,
     metrics: Metrics,
+    limiter: Option<Arc<Limiter>>,
+    draining: Arc<std::sync::atomic::AtomicBool>,
     stop: watch::Sender<bool>,
     done: tokio::task::JoinHandle<()>,
 }
@@ -45,6 +47,7 @@ impl Gateway {
                 &config.upstreams,
                 config.health.clone(),
                 config.upstream.clone(),
+                &config.limits,
                 metrics.clone(),
             )
             .map_err(|e| anyhow::anyhow!(e))?,
@@ -58,14 +61,24 @@ impl Gateway {
             .cache
             .enabled
             .then(|| AnswerCache::new(&config.cache, pool.clone(), &metrics));
+        let limiter = config
+            .rate_limit
+            .enabled
+            .then(|| Limiter::new(&config.rate_limit, &metrics));
+        if let Some(l) = &limiter {
+            l.spawn_pruner(stop_rx.clone());
+        }
+        let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let front = Arc::new(Front {
             registry: Registry::with_overrides(&config.methods),
             admin: AdminKeys::new(&config.admin.api_keys),
-            rpc: crate::stack::rpc_stack(pool.clone(), cache.clone()),
+            rpc: crate::stack::rpc_stack(pool.clone(), cache.clone(), limiter.clone()),
             cache: cache.clone(),
+            limiter: limiter.clone(),
             pool: pool.clone(),
             metrics: metrics.clone(),
-            max_body_bytes: config.server.max_body_bytes,
+            limits: config.limits.clone(),
+            draining: draining.clone(),
         });
         let mut stop_rx2 = stop_rx;
         let shutdown = async move {
@@ -74,14 +87,17 @@ impl Gateway {
         let done = tokio::spawn(crate::server::run(
             listener,
             front,
+            config.limits.clone(),
             shutdown,
-            Duration::from_secs(30),
+            config.server.drain_timeout,
         ));
         Ok(Gateway {
             addr,
             pool,
             cache,
             metrics,
+            limiter,
+            draining,
             stop,
             done,
         })
@@ -112,8 +128,16 @@ impl Gateway {
         &self.metrics
     }
 
-    /// Stops accepting, drains requests in flight, stops the health checks.
+    /// The rate limiter (`None` when disabled).
+    pub fn limiter(&self) -> Option<&Arc<Limiter>> {
+        self.limiter.as_ref()
+    }
+
+    /// Stops accepting, drains requests in flight (`/ext/health` answers 503 meanwhile, and
+    /// connections close after their answer), stops the health checks.
     pub async fn shutdown(self) {
+        self.draining
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = self.stop.send(true);
         let _ = self.done.await;
     }

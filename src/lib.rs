@@ -24,6 +24,7 @@ pub mod jsonrpc;
 pub mod methods;
 pub mod metrics;
 pub mod policy;
+pub mod ratelimit;
 pub mod server;
 pub mod stack;
 pub mod upstream;

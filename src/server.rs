@@ -1,54 +1,111 @@
-//! Serving connections: `run(listener, service, shutdown)` accepts HTTP/1.1 and cleartext HTTP/2
-//! (hyper-util's auto builder, as a node serves both) with keep-alive, and on shutdown stops
-//! accepting and lets the requests in flight finish.
+//! Serving connections: [`run`] accepts HTTP/1.1 and cleartext HTTP/2 (hyper-util's auto builder,
+//! as a node serves both) with keep-alive, enforces the connection-level limits, and on shutdown
+//! stops accepting and lets the requests in flight finish.
+//!
+//! Connection limits (`[limits]`):
+//! * `max_connections`: past it, a new connection is answered 503 at once and closed;
+//! * `header_timeout`: an HTTP/1.1 client has this long to send a request's headers (hyper's
+//!   header-read timer, which also runs while a keep-alive connection waits for its next request);
+//! * `idle_timeout`: a connection (HTTP/1.1 or HTTP/2) with no request in flight for this long is
+//!   closed gracefully.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::{HeaderValue, Request, Response};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
-use hyper_util::server::graceful::GracefulShutdown;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
 use tower::{Service, ServiceBuilder};
+use tower_http::compression::predicate::SizeAbove;
+use tower_http::compression::CompressionLayer;
 use tower_http::request_id::{
     MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
 };
 use tower_http::trace::TraceLayer;
 
+use crate::config::LimitsConfig;
 use crate::front::Front;
 
 /// Request ids: a per-process counter, short and unique enough to grep logs by.
 #[derive(Clone, Default)]
-struct Counter(Arc<std::sync::atomic::AtomicU64>);
+struct Counter(Arc<AtomicU64>);
 
 impl MakeRequestId for Counter {
     fn make_request_id<B>(&mut self, _: &Request<B>) -> Option<RequestId> {
-        let n = self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let n = self.0.fetch_add(1, Ordering::Relaxed);
         HeaderValue::from_str(&format!("{n:x}"))
             .ok()
             .map(RequestId::new)
     }
 }
 
-/// Serves `front` on `listener` until `shutdown` completes, then drains for at most `drain`.
+/// What a connection's watchdog needs to know: requests in flight and when the last one ended.
+struct Activity {
+    started: Instant,
+    in_flight: AtomicUsize,
+    /// Milliseconds from `started` to the end of the last request.
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            started: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// How long the connection has had nothing in flight (zero while a request runs).
+    fn idle_for(&self) -> Duration {
+        if self.in_flight.load(Ordering::Relaxed) > 0 {
+            return Duration::ZERO;
+        }
+        let last = self.last_ms.load(Ordering::Relaxed);
+        Duration::from_millis(self.now_ms().saturating_sub(last))
+    }
+}
+
+/// The answer to a connection over `max_connections`: written raw, then the socket is closed.
+const OVERLOADED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json; charset=utf-8\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: 110\r\n\r\n{\"jsonrpc\":\"2.0\",\"error\":{\"code\":-32603,\"message\":\"too many open connections, retry later\",\"data\":null},\"id\":null}\n";
+
+/// Serves `front` on `listener` until `shutdown` completes, then drains for at most `drain`:
+/// connections finish the requests they have in flight and close; the rest are cut at the deadline.
 pub async fn run(
     listener: TcpListener,
     front: Arc<Front>,
+    limits: LimitsConfig,
     shutdown: impl Future<Output = ()>,
     drain: Duration,
 ) {
-    let graceful = GracefulShutdown::new();
     let ids = Counter::default();
     let mut builder = Builder::new(TokioExecutor::new());
-    builder.http1().keep_alive(true);
+    builder
+        .http1()
+        .keep_alive(true)
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    builder.http2().timer(TokioTimer::new());
+    let builder = Arc::new(builder);
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    // Every connection task holds a receiver; the sender sees when all are gone.
+    let (closing_tx, closing_rx) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
-        let (stream, peer) = tokio::select! {
+        let (mut stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(s) => s,
                 Err(e) => {
@@ -60,24 +117,73 @@ pub async fn run(
             },
             () = &mut shutdown => break,
         };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, "connection refused: max_connections reached");
+            tokio::spawn(async move {
+                let _ = stream.write_all(OVERLOADED).await;
+                let _ = stream.shutdown().await;
+            });
+            continue;
+        };
         let _ = stream.set_nodelay(true);
-        let service = http_service(front.clone(), peer, ids.clone());
-        let hyper_service = hyper_util::service::TowerToHyperService::new(service);
-        let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), hyper_service)
-            .into_owned();
-        let conn = graceful.watch(conn);
+        let activity = Arc::new(Activity::new());
+        let service = http_service(front.clone(), peer, ids.clone(), activity.clone());
+        let builder = builder.clone();
+        let mut closing = closing_rx.clone();
+        let idle = limits.idle_timeout;
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, %peer, "connection ended with an error");
+            let _permit = permit;
+            let hyper_service = hyper_util::service::TowerToHyperService::new(service);
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), hyper_service);
+            tokio::pin!(conn);
+            let mut watchdog = tokio::time::interval(
+                idle.min(Duration::from_secs(1))
+                    .max(Duration::from_millis(50)),
+            );
+            let mut closing_down = false;
+            loop {
+                tokio::select! {
+                    result = conn.as_mut() => {
+                        if let Err(e) = result {
+                            tracing::debug!(error = %e, %peer, "connection ended with an error");
+                        }
+                        break;
+                    }
+                    _ = closing.changed(), if !closing_down => {
+                        closing_down = true;
+                        conn.as_mut().graceful_shutdown();
+                    }
+                    _ = watchdog.tick(), if !closing_down => {
+                        if activity.idle_for() >= idle {
+                            tracing::debug!(%peer, "closing idle connection");
+                            closing_down = true;
+                            conn.as_mut().graceful_shutdown();
+                        }
+                    }
+                }
             }
+            drop(closing);
         });
     }
     drop(listener);
+    drop(closing_rx);
+    let _ = closing_tx.send(true);
     tokio::select! {
-        () = graceful.shutdown() => tracing::info!("all connections drained"),
+        () = closing_tx.closed() => tracing::info!("all connections drained"),
         () = tokio::time::sleep(drain) => tracing::warn!("drain deadline passed; closing remaining connections"),
     }
+}
+
+/// A response body of any of the layers, boxed.
+pub type Body =
+    http_body_util::combinators::BoxBody<bytes::Bytes, Box<dyn std::error::Error + Send + Sync>>;
+
+fn boxed<B>(r: Response<B>) -> Response<Body>
+where
+    B: http_body::Body<Data = bytes::Bytes> + Send + Sync + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    r.map(|b| b.map_err(Into::into).boxed())
 }
 
 /// The HTTP layers around the front, built per connection (they are cheap to clone).
@@ -85,20 +191,13 @@ fn http_service(
     front: Arc<Front>,
     peer: SocketAddr,
     ids: Counter,
-) -> impl Service<
-    Request<Incoming>,
-    Response = Response<
-        tower_http::trace::ResponseBody<
-            http_body_util::Full<bytes::Bytes>,
-            tower_http::classify::NeverClassifyEos<tower_http::classify::ServerErrorsFailureClass>,
-        >,
-    >,
-    Error = Infallible,
-    Future = impl Send,
-> + Clone
+    activity: Arc<Activity>,
+) -> impl Service<Request<Incoming>, Response = Response<Body>, Error = Infallible, Future = impl Send>
+       + Clone
        + Send
        + 'static {
     ServiceBuilder::new()
+        .map_response(boxed)
         // Outermost: every answer and log line of this request carries its id.
         .layer(SetRequestIdLayer::x_request_id(ids))
         // One span per request, including the request id, so logs can be tied together.
@@ -107,17 +206,31 @@ fn http_service(
                 // Failures are logged by the front with their blame; the trace layer stays quiet.
                 .on_failure(tower_http::trace::DefaultOnFailure::new().level(tracing::Level::DEBUG))
                 .make_span_with(|req: &Request<Incoming>| {
-                let id = req
-                    .headers()
-                    .get("x-request-id")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("-");
-                tracing::info_span!("request", id, method = %req.method(), path = %req.uri().path())
-            }),
+                    let id = req
+                        .headers()
+                        .get("x-request-id")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("-");
+                    tracing::info_span!("request", id, method = %req.method(), path = %req.uri().path())
+                }),
         )
         .layer(PropagateRequestIdLayer::x_request_id())
+        // gzip when the client accepts it: large json blocks and UTXO pages shrink a lot; small
+        // answers are not worth the CPU.
+        .layer(
+            CompressionLayer::new()
+                .gzip(true)
+                .compress_when(SizeAbove::new(1024)),
+        )
         .service(tower::service_fn(move |req: Request<Incoming>| {
             let front = front.clone();
-            async move { Ok::<_, Infallible>(front.handle(req, peer).await) }
+            let activity = activity.clone();
+            async move {
+                activity.in_flight.fetch_add(1, Ordering::Relaxed);
+                let response = front.handle(req, peer).await;
+                activity.last_ms.store(activity.now_ms(), Ordering::Relaxed);
+                activity.in_flight.fetch_sub(1, Ordering::Relaxed);
+                Ok::<_, Infallible>(response)
+            }
         }))
 }

@@ -8,8 +8,8 @@
 //!
 //! JSON-RPC (around each call):
 //! 4. policy: refused calls stop here, before they cost quota or touch a node;
-//! 5. (rate limit: after policy so refused calls cost nothing; before the cache so hits count);
-//! 6. (cache: hits never reach the pool);
+//! 5. rate limit: after policy so refused calls cost nothing; before the cache so hits count;
+//! 6. cache: hits never reach the pool;
 //! 7. forward: the upstream pool.
 
 use std::future::Future;
@@ -24,16 +24,24 @@ use crate::cache::{AnswerCache, CacheLayer};
 use crate::call::{Answer, RpcCall};
 use crate::error::ProxyError;
 use crate::policy::PolicyLayer;
+use crate::ratelimit::{Limiter, RateLimitLayer};
 use crate::upstream::Pool;
 
 /// The JSON-RPC part of the stack, type-erased.
 pub type RpcService = BoxCloneSyncService<RpcCall, Answer, ProxyError>;
 
-/// Composes the JSON-RPC layers over the pool; `cache` is `None` when `[cache] enabled = false`.
-pub fn rpc_stack(pool: Arc<Pool>, cache: Option<Arc<AnswerCache>>) -> RpcService {
+/// Composes the JSON-RPC layers over the pool; `cache` and `limiter` are `None` when disabled.
+pub fn rpc_stack(
+    pool: Arc<Pool>,
+    cache: Option<Arc<AnswerCache>>,
+    limiter: Option<Arc<Limiter>>,
+) -> RpcService {
     let service = ServiceBuilder::new()
         // Refuse before anything costs: a refused call never reaches an upstream.
         .layer(PolicyLayer)
+        // Charge the client's quota: after policy (refusals are free), before the cache (hits
+        // are charged, at their own price).
+        .option_layer(limiter.map(|l| RateLimitLayer::new(l, cache.clone())))
         // Hits are answered here and never reach the pool; misses are coalesced.
         .option_layer(cache.map(CacheLayer::new))
         .service(Forward { pool });

@@ -257,7 +257,7 @@ async fn a_failed_coalesced_miss_fails_every_waiter_and_stores_nothing() {
     let c = Cluster::start(1, Duration::from_secs(60), |cfg| {
         cfg.health.interval = Duration::from_millis(50);
         cfg.upstream.request_timeout = Duration::from_millis(300);
-        cfg.upstream.deadline = Duration::from_millis(600);
+        cfg.limits.request_deadline = Duration::from_millis(600);
     })
     .await;
     c.nodes[0].control().update_faults(|f| f.hang = true);

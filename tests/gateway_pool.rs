@@ -175,7 +175,7 @@ async fn a_hanging_node_times_out_with_504() {
         no_cache(cfg);
         cfg.health.interval = Duration::from_secs(60);
         cfg.upstream.request_timeout = Duration::from_millis(300);
-        cfg.upstream.deadline = Duration::from_secs(1);
+        cfg.limits.request_deadline = Duration::from_secs(1);
     })
     .await;
     c.nodes[0].control().update_faults(|f| f.hang = true);

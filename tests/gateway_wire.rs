@@ -137,7 +137,6 @@ async fn malformed_envelopes_get_the_nodes_own_error_bodies() {
         "   ",
         r#"{"jsonrpc":"2.0","#,
         "hello",
-        r#"[{"jsonrpc":"2.0","id":1,"method":"platform.getHeight"}]"#,
         "5",
         r#""x""#,
         r#"{"jsonrpc":2.0,"method":"platform.getHeight","id":7}"#,

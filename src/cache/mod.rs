@@ -236,6 +236,15 @@ impl AnswerCache {
         k.into()
     }
 
+    /// Would this call be answered from the cache right now? (For the rate limiter's price.)
+    pub fn would_hit(&self, call: &RpcCall) -> bool {
+        if call.caller.pin.is_some() || !rules::cacheable_request(call) {
+            return false;
+        }
+        let head = (call.spec.cache == CacheClass::Head).then(|| self.pool.best_height());
+        self.store.contains_key(&self.key(call, head))
+    }
+
     fn count(&self, call: &RpcCall, result: &str) {
         self.metrics
             .lookups

@@ -711,6 +711,62 @@ impl RawWalker<'_> {
     }
 }
 
+/// The elements of a JSON array as raw slices. `raw` must be one array already validated by
+/// [`scan_value`]; anything else gives `None`.
+pub fn array_elements(raw: &[u8]) -> Option<Vec<&[u8]>> {
+    let mut p = RawWalker { buf: raw, pos: 0 };
+    p.ws();
+    if p.peek()? != b'[' {
+        return None;
+    }
+    p.pos += 1;
+    let mut out = Vec::new();
+    loop {
+        p.ws();
+        match p.peek()? {
+            b']' => return Some(out),
+            b',' => {
+                p.pos += 1;
+                continue;
+            }
+            _ => {}
+        }
+        let start = p.pos;
+        p.skip_value()?;
+        out.push(&raw[start..p.pos]);
+    }
+}
+
+/// The deepest nesting of arrays and objects in `raw` (a scalar is 0, `{}` is 1). A cheap pass
+/// that lets a caller refuse a deeply nested request before building a tree of it.
+pub fn nesting_depth(raw: &[u8]) -> usize {
+    let (mut depth, mut max) = (0usize, 0usize);
+    let mut in_string = false;
+    let mut escaped = false;
+    for &c in raw {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if c == b'\\' {
+                escaped = true;
+            } else if c == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match c {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
+}
+
 /// Go's `foldName`: ASCII letters upper-cased, and the two non-ASCII runes whose case-fold orbit
 /// reaches an ASCII letter (U+017F LATIN SMALL LETTER LONG S and U+212A KELVIN SIGN) mapped onto it.
 /// Two keys a Go struct decoder would treat as the same field fold to the same string.
@@ -924,6 +980,17 @@ mod tests {
             String::from_utf8(compact(raw)).unwrap(),
             r#"{"a":"\u003cb\u003e\u0026\u0041","c":[1,2]}"#
         );
+    }
+
+    #[test]
+    fn raw_elements_and_depth() {
+        let raw = br#"[ {"a":[1,2]}, 3 ,"x,]" ]"#;
+        let e = array_elements(raw).unwrap();
+        assert_eq!(e, vec![&br#"{"a":[1,2]}"#[..], b"3", br#""x,]""#]);
+        assert_eq!(array_elements(b"[]").unwrap().len(), 0);
+        assert_eq!(nesting_depth(raw), 3);
+        assert_eq!(nesting_depth(br#"{"a":"[[[["}"#), 1);
+        assert_eq!(nesting_depth(b"5"), 0);
     }
 
     #[test]

@@ -28,7 +28,7 @@ use parking_lot::Mutex;
 use serde::Serialize;
 
 use crate::call::{Answer, AnswerKind, CacheStatus, RpcCall};
-use crate::config::{ForwardConfig, HealthConfig, UpstreamConfig};
+use crate::config::{ForwardConfig, HealthConfig, LimitsConfig, UpstreamConfig};
 use crate::error::ProxyError;
 use crate::methods::Family;
 use crate::metrics::Metrics;
@@ -66,6 +66,8 @@ enum AttemptError {
     Status(StatusCode, String),
     /// Not a valid JSON-RPC answer to our request.
     Garbage(String),
+    /// No concurrency permit for this node before the deadline (the node was not contacted).
+    Saturated,
 }
 
 impl AttemptError {
@@ -77,6 +79,7 @@ impl AttemptError {
             AttemptError::Status(s, _) if s.is_server_error() => "http_5xx",
             AttemptError::Status(..) => "http_error",
             AttemptError::Garbage(_) => "bad_answer",
+            AttemptError::Saturated => "saturated",
         }
     }
 
@@ -98,6 +101,7 @@ impl AttemptError {
                 upstream,
                 detail: d,
             },
+            AttemptError::Saturated => ProxyError::Overloaded,
         }
     }
 }
@@ -111,6 +115,8 @@ pub struct Upstream {
     state: Mutex<HealthState>,
     ewma: Mutex<PeakEwma>,
     in_flight: AtomicUsize,
+    /// Caps the requests in flight to this node (`[upstream] max_concurrency`).
+    permits: tokio::sync::Semaphore,
 }
 
 impl Upstream {
@@ -130,6 +136,7 @@ impl Upstream {
             state: Mutex::new(HealthState::default()),
             ewma: Mutex::new(PeakEwma::new(Instant::now())),
             in_flight: AtomicUsize::new(0),
+            permits: tokio::sync::Semaphore::new(forward.max_concurrency),
         })
     }
 
@@ -227,6 +234,9 @@ pub struct UpstreamStatus {
 #[serde(rename_all = "camelCase")]
 pub struct PoolStatus {
     pub healthy: bool,
+    /// snowgate is shutting down: load balancers should stop sending.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub draining: bool,
     pub best_height: u64,
     pub upstreams: Vec<UpstreamStatus>,
 }
@@ -237,6 +247,10 @@ pub struct Pool {
     best_height: AtomicU64,
     health: HealthConfig,
     forward: ForwardConfig,
+    /// One client request, all attempts included.
+    deadline: Duration,
+    /// Largest answer accepted from a node.
+    max_response_bytes: usize,
     metrics: Metrics,
     next_id: AtomicU64,
 }
@@ -247,6 +261,7 @@ impl Pool {
         upstreams: &[UpstreamConfig],
         health: HealthConfig,
         forward: ForwardConfig,
+        limits: &LimitsConfig,
         metrics: Metrics,
     ) -> Result<Pool, String> {
         let upstreams = upstreams
@@ -264,6 +279,8 @@ impl Pool {
             best_height: AtomicU64::new(0),
             health,
             forward,
+            deadline: limits.request_deadline,
+            max_response_bytes: limits.response_bytes,
             metrics,
             next_id: AtomicU64::new(1),
         })
@@ -309,6 +326,7 @@ impl Pool {
             .collect();
         PoolStatus {
             healthy: upstreams.iter().any(|u| u.takes_traffic),
+            draining: false,
             best_height: self.best_height(),
             upstreams,
         }
@@ -321,6 +339,8 @@ impl Pool {
             .iter()
             .enumerate()
             .filter(|(i, _)| !tried.contains(i))
+            // A node at its concurrency cap is passed over while others have room.
+            .filter(|(_, u)| u.permits.available_permits() > 0 || self.upstreams.len() == 1)
             .filter_map(|(i, u)| {
                 let s = u.state.lock();
                 self.takes_traffic(&s).then_some((i, s.height))
@@ -359,6 +379,12 @@ impl Pool {
         timeout: Duration,
     ) -> Result<(AnswerKind, Bytes), AttemptError> {
         let name: &str = &upstream.name;
+        let waited = Instant::now();
+        let Ok(Ok(_permit)) = tokio::time::timeout(timeout, upstream.permits.acquire()).await
+        else {
+            return Err(AttemptError::Saturated);
+        };
+        let timeout = timeout.saturating_sub(waited.elapsed());
         upstream.in_flight.fetch_add(1, Ordering::Relaxed);
         self.metrics
             .upstream_in_flight
@@ -370,7 +396,7 @@ impl Pool {
                 family.canonical_path(),
                 body,
                 timeout,
-                self.forward.max_response_bytes,
+                self.max_response_bytes,
             )
             .await
             .and_then(|b| answer::check(&b, id).map_err(AttemptError::Garbage));
@@ -408,7 +434,7 @@ impl Pool {
 
     /// Forwards a call: pick a node, send, check the answer; fail over as the module doc says.
     pub async fn forward(&self, call: &RpcCall) -> Result<Answer, ProxyError> {
-        let deadline = Instant::now() + self.forward.deadline;
+        let deadline = Instant::now() + self.deadline;
         let family = call.spec.family;
         if let Some(pin) = &call.caller.pin {
             let upstream = self
@@ -454,7 +480,8 @@ impl Pool {
                     return Ok(answer);
                 }
                 Err(e) => {
-                    let never_left = matches!(e, AttemptError::Connect(_));
+                    let never_left =
+                        matches!(e, AttemptError::Connect(_) | AttemptError::Saturated);
                     let err = e.into_proxy_error(&upstream.name);
                     if call.spec.side_effect && !never_left {
                         return Err(err);

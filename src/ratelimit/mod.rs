@@ -1,0 +1,481 @@
+//! Rate limits: a quota per client in cost units (governor), so one client flooding the endpoint
+//! does not starve the others.
+//!
+//! * Clients presenting a key from `[[rate_limit.keys]]` (`Authorization: Bearer`, `X-Api-Key` or
+//!   `rlToken`, the header `@avalanche-sdk/client` sends) get that key's own quota; everyone else is
+//!   limited per IP ([`client::client_ip`]). Admin callers are not limited.
+//! * Each call costs its method's `cost` from the registry; a cache hit costs `cost ×
+//!   cached_cost_factor`. Quotas are kept in tenths of a unit so fractional costs are exact enough.
+//! * Over quota: HTTP 429 with `Retry-After`, JSON-RPC -32005 with the client's id.
+//! * Memory is bounded: a client whose bucket has refilled is indistinguishable from a new one and
+//!   is forgotten (pruned every few seconds); past `max_clients` tracked addresses, new ones share
+//!   one overflow quota instead of growing the table.
+//!
+//! [`RateLimitLayer`] sits under the policy layer (refused calls cost nothing) and over the cache
+//! (hits are counted, at their own price).
+
+pub mod client;
+
+use std::future::Future;
+use std::net::IpAddr;
+use std::num::NonZeroU32;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use futures_util::future::Either;
+use governor::clock::{Clock, DefaultClock};
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
+use ipnet::IpNet;
+use prometheus::{IntCounterVec, IntGauge, Opts};
+use serde::Deserialize;
+use tower::{Layer, Service};
+
+use crate::cache::AnswerCache;
+use crate::call::{Answer, RpcCall};
+use crate::error::ProxyError;
+use crate::methods::Registry;
+use crate::metrics::Metrics;
+pub use client::ClientId;
+
+/// Quota units are tenths of a cost unit.
+const SCALE: f64 = 10.0;
+
+/// `[rate_limit]` in the config.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RateLimitConfig {
+    /// `false` turns rate limiting off.
+    pub enabled: bool,
+    /// Sustained cost units per second, per client IP.
+    pub requests_per_second: u32,
+    /// Cost units a client may spend at once.
+    pub burst: u32,
+    /// A cache hit costs `cost × cached_cost_factor` (0 makes hits free).
+    pub cached_cost_factor: f64,
+    /// Proxies (CIDR) whose `X-Forwarded-For` / `Forwarded` headers are believed.
+    pub trusted_proxies: Vec<IpNet>,
+    /// Client IPs tracked at most; beyond, new clients share one overflow quota.
+    pub max_clients: usize,
+    /// Clients with their own quota.
+    pub keys: Vec<KeyQuota>,
+}
+
+impl Default for RateLimitConfig {
+    fn default() -> Self {
+        RateLimitConfig {
+            enabled: true,
+            requests_per_second: 50,
+            burst: 100,
+            cached_cost_factor: 0.5,
+            trusted_proxies: Vec::new(),
+            max_clients: 100_000,
+            keys: Vec::new(),
+        }
+    }
+}
+
+/// One `[[rate_limit.keys]]` table.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyQuota {
+    /// The key clients present. Never logged.
+    pub key: String,
+    pub requests_per_second: u32,
+    pub burst: u32,
+}
+
+impl std::fmt::Debug for KeyQuota {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyQuota")
+            .field("key", &"[redacted]")
+            .field("requests_per_second", &self.requests_per_second)
+            .field("burst", &self.burst)
+            .finish()
+    }
+}
+
+impl RateLimitConfig {
+    /// Checks the numbers; the error names the key.
+    pub fn validate(&self, registry: &Registry) -> Result<(), (String, String)> {
+        let bad = |k: &str, m: String| Err((k.to_string(), m));
+        let max_cost = registry.all().iter().map(|m| m.cost).max().unwrap_or(1);
+        let check = |prefix: &str, rps: u32, burst: u32| -> Result<(), (String, String)> {
+            if rps == 0 {
+                return bad(
+                    &format!("{prefix}requests_per_second"),
+                    "must be at least 1".into(),
+                );
+            }
+            if burst < max_cost {
+                return bad(
+                    &format!("{prefix}burst"),
+                    format!("must be at least the largest method cost ({max_cost})"),
+                );
+            }
+            if u64::from(burst) * 10 > u64::from(u32::MAX)
+                || u64::from(rps) * 10 > u64::from(u32::MAX)
+            {
+                return bad(&format!("{prefix}burst"), "too large".into());
+            }
+            Ok(())
+        };
+        check("rate_limit.", self.requests_per_second, self.burst)?;
+        if !(0.0..=1.0).contains(&self.cached_cost_factor) {
+            return bad(
+                "rate_limit.cached_cost_factor",
+                "must be between 0 and 1".into(),
+            );
+        }
+        if self.max_clients == 0 {
+            return bad("rate_limit.max_clients", "must be at least 1".into());
+        }
+        for (i, k) in self.keys.iter().enumerate() {
+            if k.key.len() < 16 {
+                return bad(
+                    &format!("rate_limit.keys[{i}].key"),
+                    "must be at least 16 characters".into(),
+                );
+            }
+            check(
+                &format!("rate_limit.keys[{i}]."),
+                k.requests_per_second,
+                k.burst,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn quota(rps: u32, burst: u32) -> Quota {
+    let scaled =
+        |v: u32| NonZeroU32::new(v.saturating_mul(SCALE as u32).max(1)).unwrap_or(NonZeroU32::MIN);
+    Quota::per_second(scaled(rps)).allow_burst(scaled(burst))
+}
+
+type Direct = RateLimiter<NotKeyed, InMemoryState, DefaultClock>;
+
+/// One client address's bucket and when it was last charged.
+struct Tracked {
+    bucket: Direct,
+    last_ms: std::sync::atomic::AtomicU64,
+}
+
+/// The quotas of every client (one per gateway).
+pub struct Limiter {
+    per_ip: DashMap<IpAddr, Tracked>,
+    ip_quota: Quota,
+    /// A bucket unused this long has refilled: forgetting it changes nothing.
+    refill: Duration,
+    epoch: std::time::Instant,
+    overflow: Direct,
+    per_key: Vec<(Vec<u8>, Direct)>,
+    max_clients: usize,
+    cached_cost_factor: f64,
+    trusted: Vec<IpNet>,
+    clock: DefaultClock,
+    limited: IntCounterVec,
+    clients: IntGauge,
+}
+
+/// Why a call is refused: wait this long.
+#[derive(Debug, Clone, Copy)]
+pub struct OverQuota {
+    pub retry_after: Duration,
+}
+
+impl Limiter {
+    pub fn new(config: &RateLimitConfig, metrics: &Metrics) -> Arc<Limiter> {
+        let limited = IntCounterVec::new(
+            Opts::new(
+                "snowgate_rate_limited_total",
+                "Calls refused over quota, by kind of client",
+            ),
+            &["client"],
+        )
+        .expect("static metric definition is valid");
+        let clients = IntGauge::new(
+            "snowgate_rate_limit_clients",
+            "Client addresses tracked by the rate limiter",
+        )
+        .expect("static metric definition is valid");
+        let _ = metrics.registry().register(Box::new(limited.clone()));
+        let _ = metrics.registry().register(Box::new(clients.clone()));
+        let q = quota(config.requests_per_second, config.burst);
+        let refill = Duration::from_secs_f64(
+            f64::from(config.burst) / f64::from(config.requests_per_second.max(1)),
+        ) + Duration::from_millis(100);
+        Arc::new(Limiter {
+            per_ip: DashMap::new(),
+            ip_quota: q,
+            refill,
+            epoch: std::time::Instant::now(),
+            // The overflow quota is shared by many: give it room for a few clients' worth.
+            overflow: RateLimiter::direct(quota(
+                config.requests_per_second.saturating_mul(4),
+                config.burst.saturating_mul(4),
+            )),
+            per_key: config
+                .keys
+                .iter()
+                .map(|k| {
+                    (
+                        k.key.as_bytes().to_vec(),
+                        RateLimiter::direct(quota(k.requests_per_second, k.burst)),
+                    )
+                })
+                .collect(),
+            max_clients: config.max_clients,
+            cached_cost_factor: config.cached_cost_factor,
+            trusted: config.trusted_proxies.clone(),
+            clock: DefaultClock::default(),
+            limited,
+            clients,
+        })
+    }
+
+    /// Works out who a request comes from.
+    pub fn identify(&self, peer: IpAddr, headers: &http::HeaderMap) -> ClientId {
+        let presented = [
+            headers
+                .get(http::header::AUTHORIZATION)
+                .and_then(|v| v.as_bytes().strip_prefix(b"Bearer ")),
+            headers.get("x-api-key").map(|v| v.as_bytes()),
+            headers.get("rltoken").map(|v| v.as_bytes()),
+        ];
+        for token in presented.into_iter().flatten() {
+            for (i, (key, _)) in self.per_key.iter().enumerate() {
+                if crate::policy::constant_time_eq(key, token) {
+                    return ClientId::Key(i);
+                }
+            }
+        }
+        let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        ClientId::Ip(client::client_ip(
+            peer,
+            &self.trusted,
+            text("x-forwarded-for"),
+            text("forwarded"),
+        ))
+    }
+
+    /// The quota units a call costs.
+    pub fn units(&self, cost: u32, cache_hit: bool) -> u32 {
+        let factor = if cache_hit {
+            self.cached_cost_factor
+        } else {
+            1.0
+        };
+        (f64::from(cost) * SCALE * factor).round() as u32
+    }
+
+    /// Charges `units` to `client`.
+    pub fn charge(&self, client: &ClientId, units: u32) -> Result<(), OverQuota> {
+        let Some(n) = NonZeroU32::new(units) else {
+            return Ok(());
+        };
+        let outcome = match client {
+            ClientId::Key(i) => match self.per_key.get(*i) {
+                Some((_, l)) => l.check_n(n),
+                None => Ok(Ok(())),
+            },
+            ClientId::Ip(ip) => self.charge_ip(*ip, n),
+        };
+        let kind = match client {
+            ClientId::Key(_) => "key",
+            ClientId::Ip(_) => "ip",
+        };
+        match outcome {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(not_until)) => {
+                self.limited.with_label_values(&[kind]).inc();
+                Err(OverQuota {
+                    retry_after: not_until.wait_time_from(self.clock.now()),
+                })
+            }
+            // Costs more than the whole burst: validation prevents it, refuse rather than panic.
+            Err(_) => {
+                self.limited.with_label_values(&[kind]).inc();
+                Err(OverQuota {
+                    retry_after: Duration::from_secs(1),
+                })
+            }
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn charge_ip(
+        &self,
+        ip: IpAddr,
+        n: NonZeroU32,
+    ) -> Result<
+        Result<(), governor::NotUntil<<DefaultClock as Clock>::Instant>>,
+        governor::InsufficientCapacity,
+    > {
+        let now = self.now_ms();
+        if let Some(t) = self.per_ip.get(&ip) {
+            t.last_ms.store(now, std::sync::atomic::Ordering::Relaxed);
+            return t.bucket.check_n(n);
+        }
+        if self.per_ip.len() >= self.max_clients {
+            self.prune();
+            if self.per_ip.len() >= self.max_clients {
+                return self.overflow.check_n(n);
+            }
+        }
+        let entry = self.per_ip.entry(ip).or_insert_with(|| Tracked {
+            bucket: RateLimiter::direct(self.ip_quota),
+            last_ms: std::sync::atomic::AtomicU64::new(now),
+        });
+        entry.bucket.check_n(n)
+    }
+
+    /// Forgets clients whose bucket has refilled (they are indistinguishable from new ones).
+    pub fn prune(&self) {
+        let cutoff = self
+            .now_ms()
+            .saturating_sub(u64::try_from(self.refill.as_millis()).unwrap_or(u64::MAX));
+        self.per_ip
+            .retain(|_, t| t.last_ms.load(std::sync::atomic::Ordering::Relaxed) > cutoff);
+        self.per_ip.shrink_to_fit();
+        self.clients.set(self.per_ip.len() as i64);
+    }
+
+    /// Client addresses tracked now.
+    pub fn tracked(&self) -> usize {
+        self.per_ip.len()
+    }
+
+    /// Prunes every few seconds until `stop` flips.
+    pub fn spawn_pruner(self: &Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => this.prune(),
+                    _ = stop.changed() => return,
+                }
+            }
+        });
+    }
+}
+
+/// Charges each call against its client's quota before it reaches the cache.
+#[derive(Clone)]
+pub struct RateLimitLayer {
+    limiter: Arc<Limiter>,
+    cache: Option<Arc<AnswerCache>>,
+}
+
+impl RateLimitLayer {
+    pub fn new(limiter: Arc<Limiter>, cache: Option<Arc<AnswerCache>>) -> RateLimitLayer {
+        RateLimitLayer { limiter, cache }
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+    fn layer(&self, inner: S) -> RateLimit<S> {
+        RateLimit {
+            inner,
+            limiter: self.limiter.clone(),
+            cache: self.cache.clone(),
+        }
+    }
+}
+
+/// The service of [`RateLimitLayer`].
+#[derive(Clone)]
+pub struct RateLimit<S> {
+    inner: S,
+    limiter: Arc<Limiter>,
+    cache: Option<Arc<AnswerCache>>,
+}
+
+impl<S> Service<RpcCall> for RateLimit<S>
+where
+    S: Service<RpcCall, Response = Answer, Error = ProxyError>,
+    S::Future: Send + 'static,
+{
+    type Response = Answer;
+    type Error = ProxyError;
+    type Future = Either<
+        std::future::Ready<Result<Answer, ProxyError>>,
+        Pin<Box<dyn Future<Output = Result<Answer, ProxyError>> + Send>>,
+    >;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ProxyError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, call: RpcCall) -> Self::Future {
+        if !call.caller.admin {
+            let hit = self.cache.as_ref().is_some_and(|c| c.would_hit(&call));
+            let units = self.limiter.units(call.spec.cost, hit);
+            if let Err(over) = self.limiter.charge(&call.caller.client, units) {
+                return Either::Left(std::future::ready(Err(ProxyError::RateLimited {
+                    retry_after_secs: over.retry_after.as_secs_f64().ceil().max(1.0) as u64,
+                })));
+            }
+        }
+        Either::Right(Box::pin(self.inner.call(call)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limiter(rps: u32, burst: u32, factor: f64) -> Arc<Limiter> {
+        let cfg = RateLimitConfig {
+            requests_per_second: rps,
+            burst,
+            cached_cost_factor: factor,
+            max_clients: 3,
+            ..Default::default()
+        };
+        Limiter::new(&cfg, &Metrics::new())
+    }
+
+    #[test]
+    fn quota_is_in_cost_units_and_hits_are_cheaper() {
+        let l = limiter(1, 10, 0.5);
+        let a = ClientId::Ip("192.0.2.1".parse().unwrap());
+        assert_eq!(l.units(10, false), 100);
+        assert_eq!(l.units(10, true), 50);
+        assert_eq!(l.units(1, true), 5);
+        assert!(l.charge(&a, l.units(5, false)).is_ok());
+        assert!(l.charge(&a, l.units(5, false)).is_ok());
+        let over = l.charge(&a, l.units(1, false)).unwrap_err();
+        assert!(over.retry_after > Duration::ZERO && over.retry_after <= Duration::from_secs(1));
+        // Another client is untouched.
+        let b = ClientId::Ip("192.0.2.2".parse().unwrap());
+        assert!(l.charge(&b, l.units(10, false)).is_ok());
+    }
+
+    #[test]
+    fn free_hits_cost_nothing() {
+        let l = limiter(1, 1, 0.0);
+        let a = ClientId::Ip("192.0.2.1".parse().unwrap());
+        for _ in 0..100 {
+            assert!(l.charge(&a, l.units(1, true)).is_ok());
+        }
+    }
+
+    #[test]
+    fn the_client_table_is_bounded() {
+        let l = limiter(1, 10, 1.0);
+        for i in 0..50u8 {
+            let ip = ClientId::Ip(IpAddr::from([198, 51, 100, i]));
+            let _ = l.charge(&ip, 10);
+        }
+        assert!(l.tracked() <= 3, "{}", l.tracked());
+    }
+}
