@@ -453,7 +453,7 @@ async fn routed(node: &NodeState, req: Request<Incoming>) -> Resp {
         });
     }
     let route = match routes::resolve(req.uri().path()) {
-        Routing::Path(path) => routes::route(&path),
+        Routing::Clean(route) => route,
         Routing::Redirect(mut location) => {
             if let Some(q) = req.uri().query() {
                 location.push('?');
