@@ -6,7 +6,9 @@ mod devnode_support;
 
 use std::time::{Duration, Instant};
 
-use devnode_support::{call, client, height, post, still_node, LIMIT};
+use devnode_support::{
+    call, client, height, is_bootstrapped_answer, post, still_node, try_get_height, LIMIT,
+};
 use snowgate::devnode::{
     Chain, ChainConfig, DevNode, DevNodeConfig, Faults, Network, P_CHAIN_PATHS,
 };
@@ -16,13 +18,7 @@ fn p_url(node: &DevNode) -> String {
 }
 
 async fn get_height_status(node: &DevNode) -> reqwest::Result<reqwest::StatusCode> {
-    client()
-        .post(p_url(node))
-        .header("content-type", "application/json")
-        .body(call("platform.getHeight", 1))
-        .send()
-        .await
-        .map(|r| r.status())
+    try_get_height(node.url()).await.map(|r| r.status())
 }
 
 #[tokio::test]
@@ -116,30 +112,14 @@ async fn hung_requests_are_dropped_when_the_node_goes_down_or_is_dropped() {
     let node = still_node().await;
     let control = node.control();
     control.update_faults(|f| f.hang = true);
-    let url = p_url(&node);
-    let held = tokio::spawn(async move {
-        client()
-            .post(&url)
-            .header("content-type", "application/json")
-            .body(call("platform.getHeight", 1))
-            .send()
-            .await
-    });
+    let held = tokio::spawn(try_get_height(node.url()));
     tokio::time::sleep(Duration::from_millis(200)).await;
     control.go_down().await;
     let result = tokio::time::timeout(LIMIT, held).await.unwrap().unwrap();
     assert!(!result.unwrap_err().is_timeout());
 
     control.come_up().await.unwrap();
-    let url = p_url(&node);
-    let held = tokio::spawn(async move {
-        client()
-            .post(&url)
-            .header("content-type", "application/json")
-            .body(call("platform.getHeight", 1))
-            .send()
-            .await
-    });
+    let held = tokio::spawn(try_get_height(node.url()));
     tokio::time::sleep(Duration::from_millis(200)).await;
     drop(node);
     let result = tokio::time::timeout(LIMIT, held).await.unwrap().unwrap();
@@ -212,13 +192,8 @@ async fn bootstrapping_rejects_p_chain_calls_and_is_unhealthy() {
     .await;
     assert_eq!(r.status(), 200);
     if Chain::has_method("info", "IsBootstrapped") {
-        let r = post(
-            &format!("{}/ext/info", node.url()),
-            r#"{"jsonrpc":"2.0","method":"info.isBootstrapped","params":{"chain":"P"},"id":1}"#,
-        )
-        .await;
         assert_eq!(
-            r.text().await.unwrap(),
+            is_bootstrapped_answer(&node.url()).await,
             "{\"jsonrpc\":\"2.0\",\"result\":{\"isBootstrapped\":false},\"id\":1}\n"
         );
     }

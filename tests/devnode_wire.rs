@@ -4,7 +4,9 @@
 
 mod devnode_support;
 
-use devnode_support::{call, client, post, raw, raw_rpc, still_node, Raw};
+use devnode_support::{
+    call, client, is_bootstrapped_answer, post, raw, raw_post, raw_rpc, still_node, Raw,
+};
 use snowgate::devnode::{Chain, P_CHAIN_PATHS};
 
 const EOF_DATA: &str = r#"{"jsonrpc":"","method":"","params":null,"id":null}"#;
@@ -158,8 +160,7 @@ async fn non_post_is_405_text_without_newline() {
 async fn content_type_must_strip_to_application_json() {
     let node = still_node().await;
     let body = call("platform.getHeight", 1);
-    let head = "POST /ext/bc/P HTTP/1.1\r\nHost: localhost";
-    let r = raw(node.addr(), head, body.as_bytes()).await;
+    let r = raw_post(node.addr(), "/ext/bc/P", "Host: localhost", &body).await;
     assert_eq!(r.status, 415);
     assert_eq!(r.text(), "rpc: unrecognized Content-Type: ");
     assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
@@ -174,12 +175,8 @@ async fn content_type_must_strip_to_application_json() {
         ),
         ("Text/Plain; charset=utf-8", "Text/Plain"),
     ] {
-        let r = raw(
-            node.addr(),
-            &format!("{head}\r\nContent-Type: {ct}"),
-            body.as_bytes(),
-        )
-        .await;
+        let headers = format!("Host: localhost\r\nContent-Type: {ct}");
+        let r = raw_post(node.addr(), "/ext/bc/P", &headers, &body).await;
         assert_eq!(r.status, 415, "{ct}");
         assert_eq!(r.text(), format!("rpc: unrecognized Content-Type: {shown}"));
     }
@@ -190,12 +187,8 @@ async fn content_type_must_strip_to_application_json() {
         "APPLICATION/JSON; charset=UTF-8",
         "application/json;charset=UTF-8",
     ] {
-        let r = raw(
-            node.addr(),
-            &format!("{head}\r\nContent-Type: {ct}"),
-            body.as_bytes(),
-        )
-        .await;
+        let headers = format!("Host: localhost\r\nContent-Type: {ct}");
+        let r = raw_post(node.addr(), "/ext/bc/P", &headers, &body).await;
         assert_eq!(r.status, 200, "{ct}");
         assert!(r.text().contains("\"height\""), "{ct}");
     }
@@ -435,21 +428,13 @@ async fn host_filter_allows_only_ips_and_localhost() {
         "[::1]:9650",
         "",
     ] {
-        let r = raw(
-            node.addr(),
-            &format!("POST /ext/bc/P HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json"),
-            body.as_bytes(),
-        )
-        .await;
+        let headers = format!("Host: {host}\r\nContent-Type: application/json");
+        let r = raw_post(node.addr(), "/ext/bc/P", &headers, &body).await;
         assert_eq!(r.status, 200, "host {host:?}");
     }
     for host in ["example.com", "example.com:9650", "localhost.example"] {
-        let r = raw(
-            node.addr(),
-            &format!("POST /ext/bc/P HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json"),
-            body.as_bytes(),
-        )
-        .await;
+        let headers = format!("Host: {host}\r\nContent-Type: application/json");
+        let r = raw_post(node.addr(), "/ext/bc/P", &headers, &body).await;
         assert_eq!(r.status, 403, "host {host:?}");
         assert_eq!(r.text(), "invalid host specified\n");
         assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
@@ -468,12 +453,10 @@ async fn avalanche_api_route_header_bypasses_path_routing() {
         ("P", 404),
         ("11111111111111111111111111111111LpoYY", 404),
     ] {
-        let r = raw(
-            node.addr(),
-            &format!("POST /ext/bc/P HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nAvalanche-Api-Route: {value}"),
-            body.as_bytes(),
-        )
-        .await;
+        let headers = format!(
+            "Host: localhost\r\nContent-Type: application/json\r\nAvalanche-Api-Route: {value}"
+        );
+        let r = raw_post(node.addr(), "/ext/bc/P", &headers, &body).await;
         assert_eq!(r.status, status, "route {value:?}");
         assert!(r.body.is_empty());
         assert_eq!(r.header("content-type"), None);
@@ -577,13 +560,8 @@ async fn is_bootstrapped_true_when_the_chain_has_it() {
         return;
     }
     let node = still_node().await;
-    let r = post(
-        &format!("{}/ext/info", node.url()),
-        r#"{"jsonrpc":"2.0","method":"info.isBootstrapped","params":{"chain":"P"},"id":1}"#,
-    )
-    .await;
     assert_eq!(
-        r.text().await.unwrap(),
+        is_bootstrapped_answer(&node.url()).await,
         "{\"jsonrpc\":\"2.0\",\"result\":{\"isBootstrapped\":true},\"id\":1}\n"
     );
 }

@@ -46,6 +46,28 @@ pub async fn post(url: &str, body: impl Into<reqwest::Body>) -> reqwest::Respons
         .unwrap()
 }
 
+/// `platform.getHeight` to a node's `/ext/bc/P`; the error when no answer came.
+pub async fn try_get_height(node_url: String) -> reqwest::Result<reqwest::Response> {
+    client()
+        .post(format!("{node_url}/ext/bc/P"))
+        .header("content-type", "application/json")
+        .body(call("platform.getHeight", 1))
+        .send()
+        .await
+}
+
+/// The body of `info.isBootstrapped {"chain":"P"}` at `node_url`.
+pub async fn is_bootstrapped_answer(node_url: &str) -> String {
+    post(
+        &format!("{node_url}/ext/info"),
+        r#"{"jsonrpc":"2.0","method":"info.isBootstrapped","params":{"chain":"P"},"id":1}"#,
+    )
+    .await
+    .text()
+    .await
+    .unwrap()
+}
+
 /// The P-chain height `url` reports.
 pub async fn height(url: &str) -> u64 {
     let r: serde_json::Value = post(&format!("{url}/ext/bc/P"), call("platform.getHeight", 1))
@@ -128,12 +150,23 @@ pub async fn raw(addr: SocketAddr, head: &str, body: &[u8]) -> Raw {
     }
 }
 
-/// A raw JSON-RPC POST to `path` with `Host: 127.0.0.1`.
-pub async fn raw_rpc(addr: SocketAddr, path: &str, body: &str) -> Raw {
+/// A raw POST to `path` with these header lines (`\r\n`-separated).
+pub async fn raw_post(addr: SocketAddr, path: &str, headers: &str, body: &str) -> Raw {
     raw(
         addr,
-        &format!("POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"),
+        &format!("POST {path} HTTP/1.1\r\n{headers}"),
         body.as_bytes(),
+    )
+    .await
+}
+
+/// A raw JSON-RPC POST to `path` with `Host: 127.0.0.1`.
+pub async fn raw_rpc(addr: SocketAddr, path: &str, body: &str) -> Raw {
+    raw_post(
+        addr,
+        path,
+        "Host: 127.0.0.1\r\nContent-Type: application/json",
+        body,
     )
     .await
 }
