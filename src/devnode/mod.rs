@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use chain::{Chain, ChainConfig, NodeIdentity, View};
-pub use server::{DevNode, Faults};
+pub use server::{Control, DevNode, Faults, P_CHAIN_PATHS};
 
 /// Settings of one simulated node.
 #[derive(Debug, Clone)]

@@ -384,7 +384,7 @@ async fn accept_loop(listener: TcpListener, node: Arc<NodeState>) {
 /// The error that makes hyper close a connection without answering (injected drop).
 #[derive(Debug, thiserror::Error)]
 #[error("connection dropped by an injected fault")]
-pub struct Dropped;
+struct Dropped;
 
 /// One request, outermost first: control endpoint, faults, then the node's own stack.
 async fn handle(node: Arc<NodeState>, req: Request<Incoming>) -> Result<Resp, Dropped> {
@@ -453,7 +453,7 @@ async fn routed(node: &NodeState, req: Request<Incoming>) -> Resp {
         });
     }
     let route = match routes::resolve(req.uri().path()) {
-        Routing::Path(path) => routes::route(&path),
+        Routing::Clean(route) => route,
         Routing::Redirect(mut location) => {
             if let Some(q) = req.uri().query() {
                 location.push('?');

@@ -52,9 +52,9 @@ pub fn route(path: &[u8]) -> Option<Route> {
 
 /// What the router makes of a request path (as sent, still percent-encoded).
 #[derive(Debug, PartialEq, Eq)]
-pub enum Routing<'a> {
-    /// A clean path: its decoded bytes.
-    Path(Cow<'a, [u8]>),
+pub enum Routing {
+    /// A clean path: its route, if any.
+    Clean(Option<Route>),
     /// Not clean: redirect (301) to this path, re-encoded for the `Location` header.
     Redirect(String),
     /// Not a valid escaped path (Go's server answers 400 before any handler).
@@ -62,7 +62,11 @@ pub enum Routing<'a> {
 }
 
 /// Decodes `raw` and checks it is clean, the way Go's server and mux do.
-pub fn resolve(raw: &str) -> Routing<'_> {
+pub fn resolve(raw: &str) -> Routing {
+    // Hot path: a route's own path is clean and has nothing to decode.
+    if let Some(found) = route(raw.as_bytes()) {
+        return Routing::Clean(Some(found));
+    }
     let decoded: Cow<'_, [u8]> = if raw.contains('%') {
         match percent_decode(raw.as_bytes()) {
             Some(d) => Cow::Owned(d),
@@ -73,7 +77,7 @@ pub fn resolve(raw: &str) -> Routing<'_> {
     };
     let cleaned = clean_path(&decoded);
     if cleaned == *decoded {
-        Routing::Path(decoded)
+        Routing::Clean(route(&decoded))
     } else {
         Routing::Redirect(escape_path(&cleaned))
     }
@@ -151,14 +155,8 @@ mod tests {
 
     #[test]
     fn clean_paths_pass_through() {
-        assert_eq!(
-            resolve("/ext/bc/P"),
-            Routing::Path(Cow::Borrowed(&b"/ext/bc/P"[..]))
-        );
-        assert_eq!(
-            resolve("/ext/bc/P/"),
-            Routing::Path(Cow::Borrowed(&b"/ext/bc/P/"[..]))
-        );
+        assert_eq!(resolve("/ext/bc/P"), Routing::Clean(Some(Route::Platform)));
+        assert_eq!(resolve("/ext/bc/P/"), Routing::Clean(None));
         assert_eq!(route(b"/ext/bc/P/"), None);
         assert_eq!(route(b"/ext/bc/p"), None);
         assert_eq!(route(b"/ext/platform"), Some(Route::Platform));
@@ -186,7 +184,7 @@ mod tests {
     fn escapes_decode_before_routing() {
         assert_eq!(
             resolve("/ext/bc/%50"),
-            Routing::Path(Cow::Owned(b"/ext/bc/P".to_vec()))
+            Routing::Clean(Some(Route::Platform))
         );
         assert_eq!(resolve("/ext/%zz"), Routing::BadRequest);
         assert_eq!(
