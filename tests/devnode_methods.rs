@@ -511,6 +511,7 @@ async fn get_utxos_pages_through_a_big_address_without_loss() {
     let mut all = HashSet::new();
     let mut start: Option<Value> = None;
     let mut pages = 0;
+    let mut total = 0;
     loop {
         pages += 1;
         assert!(pages < 20, "pagination did not finish");
@@ -523,6 +524,7 @@ async fn get_utxos_pages_through_a_big_address_without_loss() {
         let fetched: usize = r["numFetched"].as_str().unwrap().parse().unwrap();
         let utxos = r["utxos"].as_array().unwrap();
         assert_eq!(fetched, utxos.len());
+        total += fetched;
         for u in utxos {
             assert!(u.as_str().unwrap().starts_with("0x0000"));
             all.insert(u.as_str().unwrap().to_string());
@@ -535,6 +537,7 @@ async fn get_utxos_pages_through_a_big_address_without_loss() {
     }
     assert!(pages >= 3);
     assert_eq!(all.len(), expected);
+    assert_eq!(total, expected, "pages overlapped");
 
     // Default / oversized limit is 1024.
     let r = n
@@ -675,9 +678,10 @@ async fn balances_stake_and_rewards() {
     );
 
     // Reward UTXOs: a finished staker has them, a current one has none.
-    let chain = n.node.network().chain().read();
-    let ended = snowgate::devnode::chain::codec::id_str(&chain.state().ended[0].tx_id);
-    drop(chain);
+    let ended = {
+        let chain = n.node.network().chain().read();
+        snowgate::devnode::chain::codec::id_str(&chain.state().ended[0].tx_id)
+    };
     let rw = n
         .ok("platform.getRewardUTXOs", json!({"txID": ended}))
         .await;

@@ -1357,8 +1357,9 @@ impl Chain {
             if atomic {
                 continue;
             }
+            // The start UTXO itself was returned by the previous page (`UTXOIDs` skips it).
             for u in self.st.utxos_of(addr, h) {
-                if u.id < from {
+                if from != EMPTY_ID && u.id <= from {
                     continue;
                 }
                 last_utxo = u.id;
