@@ -756,6 +756,10 @@ async fn validators_subnets_and_chains() {
     let subs = subnets["subnets"].as_array().unwrap();
     assert_eq!(subs.len(), 4);
     assert_eq!(
+        n.ok("platform.getSubnets", json!({"ids": []})).await,
+        subnets
+    );
+    assert_eq!(
         subs[3],
         json!({"id": EMPTY, "controlKeys": [], "threshold": "0"})
     );

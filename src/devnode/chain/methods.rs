@@ -828,7 +828,8 @@ impl Chain {
                 s.owners.threshold
             ))
         };
-        let list: Vec<String> = match ids {
+        // Like the node, an empty list means "all" (`len(args.IDs) == 0`).
+        let list: Vec<String> = match ids.filter(|l| !l.is_empty()) {
             None => self
                 .st
                 .subnets
