@@ -828,7 +828,8 @@ impl Chain {
                 s.owners.threshold
             ))
         };
-        let list: Vec<String> = match ids {
+        // Like the node, an empty list means "all" (`len(args.IDs) == 0`).
+        let list: Vec<String> = match ids.filter(|l| !l.is_empty()) {
             None => self
                 .st
                 .subnets
@@ -1357,8 +1358,9 @@ impl Chain {
             if atomic {
                 continue;
             }
+            // The start UTXO itself was returned by the previous page (`UTXOIDs` skips it).
             for u in self.st.utxos_of(addr, h) {
-                if u.id < from {
+                if from != EMPTY_ID && u.id <= from {
                     continue;
                 }
                 last_utxo = u.id;

@@ -785,11 +785,13 @@ impl State {
         ))
     }
 
-    /// Appends the next block (at chain time `time`, never before its parent) with `issued` txs.
+    /// Appends the next block (at chain time `time`, never before its parent) with `issued` txs;
+    /// returns the IDs of its txs.
     pub fn produce(&mut self, time: u64, issued: Vec<Box<[u8]>>) -> Vec<Id> {
         let height = self.blocks.len() as u64;
         let (parent, time) = match self.blocks.last() {
-            Some(b) => (b.id, time.max(b.time + 1)),
+            // Banff: a block's time is never before its parent's (equal is allowed).
+            Some(b) => (b.id, time.max(b.time)),
             None => (EMPTY_ID, time),
         };
         let p = self.make_block(height, time, parent, self.hot, &issued);
