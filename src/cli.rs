@@ -96,6 +96,8 @@ pub async fn shutdown_signal() {
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = serve_config(&args)?;
     let gateway = Gateway::start(config).await?;
+    // One plain line for scripts (and the drain test) to find the address in.
+    println!("snowgate listening on {}", gateway.url());
     tracing::info!(addr = %gateway.addr(), "snowgate listening");
     shutdown_signal().await;
     tracing::info!("shutting down");

@@ -45,7 +45,11 @@ pub struct Config {
 pub struct ServerConfig {
     /// Address of the public endpoint.
     pub listen: SocketAddr,
-    /// On SIGTERM/SIGINT, how long requests in flight may take to finish.
+    /// On SIGTERM/SIGINT, how long `/ext/health` answers 503 while snowgate still serves, so a
+    /// load balancer stops sending before the listener closes.
+    #[serde(with = "humantime_serde")]
+    pub drain_grace: Duration,
+    /// Then, how long requests in flight may take to finish.
     #[serde(with = "humantime_serde")]
     pub drain_timeout: Duration,
 }
@@ -54,6 +58,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 9650)),
+            drain_grace: Duration::ZERO,
             drain_timeout: Duration::from_secs(30),
         }
     }

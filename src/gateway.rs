@@ -24,6 +24,7 @@ pub struct Gateway {
     metrics: Metrics,
     limiter: Option<Arc<Limiter>>,
     draining: Arc<std::sync::atomic::AtomicBool>,
+    drain_grace: std::time::Duration,
     stop: watch::Sender<bool>,
     done: tokio::task::JoinHandle<()>,
 }
@@ -98,6 +99,7 @@ impl Gateway {
             metrics,
             limiter,
             draining,
+            drain_grace: config.server.drain_grace,
             stop,
             done,
         })
@@ -138,6 +140,10 @@ impl Gateway {
     pub async fn shutdown(self) {
         self.draining
             .store(true, std::sync::atomic::Ordering::Relaxed);
+        if !self.drain_grace.is_zero() {
+            tracing::info!(grace = ?self.drain_grace, "draining: /ext/health answers 503");
+            tokio::time::sleep(self.drain_grace).await;
+        }
         let _ = self.stop.send(true);
         let _ = self.done.await;
     }

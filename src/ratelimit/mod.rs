@@ -26,7 +26,9 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use futures_util::future::Either;
-use governor::clock::{Clock, DefaultClock};
+// The std monotonic clock, not governor's default TSC-based one: that one is calibrated at start
+// and can run fast on a loaded VM, refilling buckets early.
+use governor::clock::{Clock, MonotonicClock};
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 use ipnet::IpNet;
@@ -156,7 +158,12 @@ fn quota(rps: u32, burst: u32) -> Quota {
     Quota::per_second(scaled(rps)).allow_burst(scaled(burst))
 }
 
-type Direct = RateLimiter<NotKeyed, InMemoryState, DefaultClock>;
+type Direct = RateLimiter<
+    NotKeyed,
+    InMemoryState,
+    MonotonicClock,
+    governor::middleware::NoOpMiddleware<std::time::Instant>,
+>;
 
 /// One client address's bucket and when it was last charged.
 struct Tracked {
@@ -176,7 +183,7 @@ pub struct Limiter {
     max_clients: usize,
     cached_cost_factor: f64,
     trusted: Vec<IpNet>,
-    clock: DefaultClock,
+    clock: MonotonicClock,
     limited: IntCounterVec,
     clients: IntGauge,
 }
@@ -214,24 +221,30 @@ impl Limiter {
             refill,
             epoch: std::time::Instant::now(),
             // The overflow quota is shared by many: give it room for a few clients' worth.
-            overflow: RateLimiter::direct(quota(
-                config.requests_per_second.saturating_mul(4),
-                config.burst.saturating_mul(4),
-            )),
+            overflow: RateLimiter::direct_with_clock(
+                quota(
+                    config.requests_per_second.saturating_mul(4),
+                    config.burst.saturating_mul(4),
+                ),
+                MonotonicClock,
+            ),
             per_key: config
                 .keys
                 .iter()
                 .map(|k| {
                     (
                         k.key.as_bytes().to_vec(),
-                        RateLimiter::direct(quota(k.requests_per_second, k.burst)),
+                        RateLimiter::direct_with_clock(
+                            quota(k.requests_per_second, k.burst),
+                            MonotonicClock,
+                        ),
                     )
                 })
                 .collect(),
             max_clients: config.max_clients,
             cached_cost_factor: config.cached_cost_factor,
             trusted: config.trusted_proxies.clone(),
-            clock: DefaultClock::default(),
+            clock: MonotonicClock,
             limited,
             clients,
         })
@@ -315,7 +328,7 @@ impl Limiter {
         ip: IpAddr,
         n: NonZeroU32,
     ) -> Result<
-        Result<(), governor::NotUntil<<DefaultClock as Clock>::Instant>>,
+        Result<(), governor::NotUntil<<MonotonicClock as Clock>::Instant>>,
         governor::InsufficientCapacity,
     > {
         let now = self.now_ms();
@@ -330,7 +343,7 @@ impl Limiter {
             }
         }
         let entry = self.per_ip.entry(ip).or_insert_with(|| Tracked {
-            bucket: RateLimiter::direct(self.ip_quota),
+            bucket: RateLimiter::direct_with_clock(self.ip_quota, MonotonicClock),
             last_ms: std::sync::atomic::AtomicU64::new(now),
         });
         entry.bucket.check_n(n)
@@ -338,11 +351,11 @@ impl Limiter {
 
     /// Forgets clients whose bucket has refilled (they are indistinguishable from new ones).
     pub fn prune(&self) {
-        let cutoff = self
-            .now_ms()
-            .saturating_sub(u64::try_from(self.refill.as_millis()).unwrap_or(u64::MAX));
-        self.per_ip
-            .retain(|_, t| t.last_ms.load(std::sync::atomic::Ordering::Relaxed) > cutoff);
+        let now = self.now_ms();
+        let refill = u64::try_from(self.refill.as_millis()).unwrap_or(u64::MAX);
+        self.per_ip.retain(|_, t| {
+            now.saturating_sub(t.last_ms.load(std::sync::atomic::Ordering::Relaxed)) < refill
+        });
         self.per_ip.shrink_to_fit();
         self.clients.set(self.per_ip.len() as i64);
     }
@@ -467,6 +480,20 @@ mod tests {
         for _ in 0..100 {
             assert!(l.charge(&a, l.units(1, true)).is_ok());
         }
+    }
+
+    #[test]
+    fn pruning_keeps_clients_whose_bucket_has_not_refilled() {
+        let l = limiter(1, 20, 1.0);
+        let a = ClientId::Ip("127.0.0.1".parse().unwrap());
+        assert!(l.charge(&a, 100).is_ok());
+        l.prune();
+        assert!(l.charge(&a, 100).is_ok());
+        l.prune();
+        assert!(
+            l.charge(&a, 100).is_err(),
+            "a prune gave the client a fresh bucket"
+        );
     }
 
     #[test]

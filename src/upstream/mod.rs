@@ -66,8 +66,6 @@ enum AttemptError {
     Status(StatusCode, String),
     /// Not a valid JSON-RPC answer to our request.
     Garbage(String),
-    /// No concurrency permit for this node before the deadline (the node was not contacted).
-    Saturated,
 }
 
 impl AttemptError {
@@ -79,7 +77,6 @@ impl AttemptError {
             AttemptError::Status(s, _) if s.is_server_error() => "http_5xx",
             AttemptError::Status(..) => "http_error",
             AttemptError::Garbage(_) => "bad_answer",
-            AttemptError::Saturated => "saturated",
         }
     }
 
@@ -101,7 +98,6 @@ impl AttemptError {
                 upstream,
                 detail: d,
             },
-            AttemptError::Saturated => ProxyError::Overloaded,
         }
     }
 }
@@ -114,6 +110,8 @@ pub struct Upstream {
     client: Client<HttpConnector, Full<Bytes>>,
     state: Mutex<HealthState>,
     ewma: Mutex<PeakEwma>,
+    /// Requests waiting for or holding a slot on this node, with their start times.
+    pending: Mutex<Pending>,
     in_flight: AtomicUsize,
     /// Caps the requests in flight to this node (`[upstream] max_concurrency`).
     permits: tokio::sync::Semaphore,
@@ -135,6 +133,7 @@ impl Upstream {
             client,
             state: Mutex::new(HealthState::default()),
             ewma: Mutex::new(PeakEwma::new(Instant::now())),
+            pending: Mutex::new(Pending::default()),
             in_flight: AtomicUsize::new(0),
             permits: tokio::sync::Semaphore::new(forward.max_concurrency),
         })
@@ -194,12 +193,78 @@ impl Upstream {
         self.state.lock().clone()
     }
 
+    /// Peak-EWMA load, where a request still in flight counts as at least as slow as its age so
+    /// far: a node that has just turned slow is avoided before its first slow answer arrives.
     fn load(&self) -> f64 {
-        balance::load(
-            self.ewma.lock().estimate_ns(),
-            self.in_flight.load(Ordering::Relaxed),
-        )
+        let (count, oldest) = {
+            let p = self.pending.lock();
+            (p.started.len(), p.started.values().next().copied())
+        };
+        let age = oldest.map_or(0.0, |t| t.elapsed().as_nanos() as f64);
+        balance::load(self.ewma.lock().estimate_ns().max(age), count)
     }
+
+    /// Registers a request as pending until the guard is dropped (also when its future is
+    /// cancelled, so the count never leaks).
+    fn begin(&self) -> PendingGuard<'_> {
+        let mut p = self.pending.lock();
+        let seq = p.next;
+        p.next += 1;
+        p.started.insert(seq, Instant::now());
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        PendingGuard {
+            upstream: self,
+            seq,
+        }
+    }
+}
+
+/// A concurrency slot on one upstream; releasing it wakes one request queued at the pool.
+struct Slot<'a> {
+    permit: Option<tokio::sync::SemaphorePermit<'a>>,
+    pool: &'a Pool,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        // Return the permit first: the woken request must find the room.
+        drop(self.permit.take());
+        self.pool.slot_freed.notify_one();
+    }
+}
+
+/// Requests pending on one upstream, oldest first.
+#[derive(Default)]
+struct Pending {
+    next: u64,
+    started: std::collections::BTreeMap<u64, Instant>,
+}
+
+struct PendingGuard<'a> {
+    upstream: &'a Upstream,
+    seq: u64,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.upstream.pending.lock().started.remove(&self.seq);
+        self.upstream.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Runs `f` when dropped.
+struct OnDrop<F: FnOnce()>(Option<F>);
+
+impl<F: FnOnce()> Drop for OnDrop<F> {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f();
+        }
+    }
+}
+
+fn scopeguard<F: FnOnce()>(f: F) -> OnDrop<F> {
+    OnDrop(Some(f))
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -247,6 +312,8 @@ pub struct Pool {
     best_height: AtomicU64,
     health: HealthConfig,
     forward: ForwardConfig,
+    /// Signalled whenever a concurrency slot is released anywhere in the pool.
+    slot_freed: tokio::sync::Notify,
     /// One client request, all attempts included.
     deadline: Duration,
     /// Largest answer accepted from a node.
@@ -279,6 +346,7 @@ impl Pool {
             best_height: AtomicU64::new(0),
             health,
             forward,
+            slot_freed: tokio::sync::Notify::new(),
             deadline: limits.request_deadline,
             max_response_bytes: limits.response_bytes,
             metrics,
@@ -334,18 +402,22 @@ impl Pool {
 
     /// Indices of the upstreams that may take a request needing `min_height`, minus `tried`.
     fn candidates(&self, min_height: Option<u64>, tried: &[usize]) -> Vec<usize> {
-        let ready: Vec<(usize, Option<u64>)> = self
+        let mut ready: Vec<(usize, Option<u64>)> = self
             .upstreams
             .iter()
             .enumerate()
             .filter(|(i, _)| !tried.contains(i))
-            // A node at its concurrency cap is passed over while others have room.
-            .filter(|(_, u)| u.permits.available_permits() > 0 || self.upstreams.len() == 1)
             .filter_map(|(i, u)| {
                 let s = u.state.lock();
                 self.takes_traffic(&s).then_some((i, s.height))
             })
             .collect();
+        // A node at its concurrency cap is passed over while others have room; when all are
+        // full, the request waits for a slot (within its deadline).
+        let has_room = |i: usize| self.upstreams[i].permits.available_permits() > 0;
+        if ready.iter().any(|(i, _)| has_room(*i)) {
+            ready.retain(|(i, _)| has_room(*i));
+        }
         if let Some(h) = min_height {
             let reaching: Vec<usize> = ready
                 .iter()
@@ -377,19 +449,13 @@ impl Pool {
         body: Vec<u8>,
         id: u64,
         timeout: Duration,
+        _slot: Slot<'_>,
     ) -> Result<(AnswerKind, Bytes), AttemptError> {
         let name: &str = &upstream.name;
-        let waited = Instant::now();
-        let Ok(Ok(_permit)) = tokio::time::timeout(timeout, upstream.permits.acquire()).await
-        else {
-            return Err(AttemptError::Saturated);
-        };
-        let timeout = timeout.saturating_sub(waited.elapsed());
-        upstream.in_flight.fetch_add(1, Ordering::Relaxed);
-        self.metrics
-            .upstream_in_flight
-            .with_label_values(&[name])
-            .inc();
+        let _pending = upstream.begin();
+        let gauge = self.metrics.upstream_in_flight.with_label_values(&[name]);
+        gauge.inc();
+        let _gauge = scopeguard(move || gauge.dec());
         let started = Instant::now();
         let result = upstream
             .post(
@@ -401,11 +467,6 @@ impl Pool {
             .await
             .and_then(|b| answer::check(&b, id).map_err(AttemptError::Garbage));
         let elapsed = started.elapsed();
-        upstream.in_flight.fetch_sub(1, Ordering::Relaxed);
-        self.metrics
-            .upstream_in_flight
-            .with_label_values(&[name])
-            .dec();
         upstream.ewma.lock().observe(elapsed, Instant::now());
         self.metrics
             .upstream_latency
@@ -441,9 +502,22 @@ impl Pool {
                 .by_name(pin)
                 .ok_or_else(|| ProxyError::UnknownUpstream(pin.clone()))?;
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-            let timeout = self.forward.request_timeout;
+            let started = Instant::now();
+            let Ok(Ok(permit)) =
+                tokio::time::timeout(self.deadline, upstream.permits.acquire()).await
+            else {
+                return Err(ProxyError::Overloaded);
+            };
+            let slot = Slot {
+                permit: Some(permit),
+                pool: self,
+            };
+            let timeout = self
+                .forward
+                .request_timeout
+                .min(self.deadline.saturating_sub(started.elapsed()));
             return match self
-                .attempt(upstream, family, call.upstream_body(id), id, timeout)
+                .attempt(upstream, family, call.upstream_body(id), id, timeout, slot)
                 .await
             {
                 Ok((kind, payload)) => Ok(answer_from(kind, payload, upstream)),
@@ -455,20 +529,21 @@ impl Pool {
         let mut last_error: Option<ProxyError> = None;
         let mut last_not_found: Option<Answer> = None;
         for _ in 0..self.forward.max_attempts {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            if remaining.is_zero() {
-                break;
-            }
-            let candidates = self.candidates(min_height, &tried);
-            let Some(index) = self.pick(&candidates) else {
-                break;
+            let (index, slot) = match self.take_slot(min_height, &tried, deadline).await {
+                Ok(Some(taken)) => taken,
+                Ok(None) => break,
+                Err(overloaded) => {
+                    last_error = Some(overloaded);
+                    break;
+                }
             };
             tried.push(index);
             let upstream = &self.upstreams[index];
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let remaining = deadline.saturating_duration_since(Instant::now());
             let timeout = remaining.min(self.forward.request_timeout);
             match self
-                .attempt(upstream, family, call.upstream_body(id), id, timeout)
+                .attempt(upstream, family, call.upstream_body(id), id, timeout, slot)
                 .await
             {
                 Ok((kind, payload)) => {
@@ -480,8 +555,7 @@ impl Pool {
                     return Ok(answer);
                 }
                 Err(e) => {
-                    let never_left =
-                        matches!(e, AttemptError::Connect(_) | AttemptError::Saturated);
+                    let never_left = matches!(e, AttemptError::Connect(_));
                     let err = e.into_proxy_error(&upstream.name);
                     if call.spec.side_effect && !never_left {
                         return Err(err);
@@ -494,6 +568,49 @@ impl Pool {
             return Ok(answer);
         }
         Err(last_error.unwrap_or(ProxyError::NoHealthyUpstream))
+    }
+
+    /// Picks a node and takes one of its concurrency slots. Nodes at their cap are passed over;
+    /// when every usable node is full, the request queues at the pool (not at one node) and takes
+    /// the first slot freed anywhere. `Ok(None)`: no usable node; `Err`: no slot before the
+    /// deadline.
+    async fn take_slot(
+        &self,
+        min_height: Option<u64>,
+        tried: &[usize],
+        deadline: Instant,
+    ) -> Result<Option<(usize, Slot<'_>)>, ProxyError> {
+        loop {
+            let freed = self.slot_freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            let candidates = self.candidates(min_height, tried);
+            if candidates.is_empty() {
+                return Ok(None);
+            }
+            let with_room: Vec<usize> = candidates
+                .into_iter()
+                .filter(|&i| self.upstreams[i].permits.available_permits() > 0)
+                .collect();
+            if let Some(index) = self.pick(&with_room) {
+                if let Ok(permit) = self.upstreams[index].permits.try_acquire() {
+                    return Ok(Some((
+                        index,
+                        Slot {
+                            permit: Some(permit),
+                            pool: self,
+                        },
+                    )));
+                }
+                continue;
+            }
+            if tokio::time::timeout_at(deadline.into(), freed)
+                .await
+                .is_err()
+            {
+                return Err(ProxyError::Overloaded);
+            }
+        }
     }
 
     /// A "not found" for a height the pool has already reached means this node is behind: ask
