@@ -20,6 +20,9 @@ use std::fmt::Write as _;
 /// Go's maximum nesting depth for the JSON scanner.
 const MAX_DEPTH: usize = 10_000;
 
+/// The deepest [`Json`] tree built: far beyond any real request, well within a task's stack.
+pub const MAX_TREE_DEPTH: usize = 512;
+
 /// A syntax failure of the first JSON value in a body, with Go's error text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SyntaxError {
@@ -367,8 +370,14 @@ pub enum Json {
 
 impl Json {
     /// Parses the first JSON value of `buf` with Go's syntax rules (trailing data is ignored).
+    ///
+    /// Trees deeper than [`MAX_TREE_DEPTH`] are refused (Go's own scanner allows 10,000 levels;
+    /// building and dropping a tree that deep would overflow a task's stack).
     pub fn parse(buf: &[u8]) -> Result<Json, SyntaxError> {
         let range = scan_value(buf)?;
+        if let Some(at) = depth_exceeded(&buf[range.clone()], MAX_TREE_DEPTH) {
+            return Err(invalid(at, "exceeded max depth"));
+        }
         let mut p = TreeParser {
             buf: &buf[range.clone()],
             pos: 0,
@@ -737,6 +746,37 @@ pub fn array_elements(raw: &[u8]) -> Option<Vec<&[u8]>> {
     }
 }
 
+/// The opening bracket that takes `raw` past `limit` levels of nesting, if any.
+fn depth_exceeded(raw: &[u8], limit: usize) -> Option<u8> {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &c in raw {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if c == b'\\' {
+                escaped = true;
+            } else if c == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match c {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > limit {
+                    return Some(c);
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
+}
+
 /// The deepest nesting of arrays and objects in `raw` (a scalar is 0, `{}` is 1). A cheap pass
 /// that lets a caller refuse a deeply nested request before building a tree of it.
 pub fn nesting_depth(raw: &[u8]) -> usize {
@@ -980,6 +1020,29 @@ mod tests {
             String::from_utf8(compact(raw)).unwrap(),
             r#"{"a":"\u003cb\u003e\u0026\u0041","c":[1,2]}"#
         );
+    }
+
+    #[test]
+    fn deep_trees_are_refused_not_overflowed() {
+        let ok = format!(
+            "{}1{}",
+            "[".repeat(MAX_TREE_DEPTH),
+            "]".repeat(MAX_TREE_DEPTH)
+        );
+        let deep = format!("{}1{}", "[".repeat(9999), "]".repeat(9999));
+        let h = std::thread::Builder::new()
+            .stack_size(512 * 1024)
+            .spawn(move || {
+                let shallow = Json::parse(ok.as_bytes()).is_ok();
+                (
+                    shallow,
+                    Json::parse(deep.as_bytes()).unwrap_err().to_string(),
+                )
+            })
+            .unwrap();
+        let (shallow, err) = h.join().unwrap();
+        assert!(shallow);
+        assert_eq!(err, "invalid character '[' exceeded max depth");
     }
 
     #[test]
