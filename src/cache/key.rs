@@ -23,6 +23,15 @@ pub const PRIMARY_NETWORK_ID: &str = "11111111111111111111111111111111LpoYY";
 const UINT_FIELDS: [&str; 5] = ["HEIGHT", "LIMIT", "SIZE", "STARTTIME", "ENDTIME"];
 
 /// The canonical text of a call's params (`""` when there are none).
+///
+/// ```
+/// use snowgate::cache::key::canonical_params;
+/// use snowgate::jsonrpc::Json;
+///
+/// let key = |s: &str| canonical_params(Some(&Json::parse(s.as_bytes()).unwrap()));
+/// assert_eq!(key(r#"{"txID":"x","encoding":"hex"}"#), key(r#"[{ "TXID" : "x" }]"#));
+/// assert_ne!(key(r#"{"txID":"x","encoding":"json"}"#), key(r#"{"txID":"x"}"#));
+/// ```
 pub fn canonical_params(params: Option<&Json>) -> String {
     let mut out = String::new();
     let obj = match params {

@@ -95,6 +95,25 @@ fn compact(raw: &[u8]) -> Vec<u8> {
 const TOP_TYPE: &str = "json2.serverRequest";
 
 /// Decodes a request body the way a node does.
+///
+/// ```
+/// use snowgate::jsonrpc::{decode, Verdict};
+///
+/// // Keys match case-insensitively, the last duplicate wins, trailing data is ignored.
+/// let d = decode(br#"{"JSONRPC":"2.0","ID":7,"method":"a.b","Method":"platform.getHeight"} junk"#);
+/// assert_eq!(d.verdict(), Verdict::Call);
+/// assert_eq!(d.envelope.method, "platform.getHeight");
+/// assert_eq!(d.envelope.id.as_deref(), Some(&b"7"[..]));
+/// // ...which is why the gateway refuses such an envelope instead of guessing.
+/// assert!(d.ambiguity.is_some());
+///
+/// // A batch is one -32700 error for a node.
+/// let d = decode(b"[{}]");
+/// assert_eq!(
+///     d.verdict(),
+///     Verdict::ParseError("json: cannot unmarshal array into Go value of type json2.serverRequest".into())
+/// );
+/// ```
 pub fn decode(body: &[u8]) -> Decoded {
     let mut out = Decoded {
         envelope: Envelope::default(),
