@@ -748,38 +748,18 @@ pub fn array_elements(raw: &[u8]) -> Option<Vec<&[u8]>> {
 
 /// The opening bracket that takes `raw` past `limit` levels of nesting, if any.
 fn depth_exceeded(raw: &[u8], limit: usize) -> Option<u8> {
-    let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    for &c in raw {
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if c == b'\\' {
-                escaped = true;
-            } else if c == b'"' {
-                in_string = false;
-            }
-            continue;
-        }
-        match c {
-            b'"' => in_string = true,
-            b'{' | b'[' => {
-                depth += 1;
-                if depth > limit {
-                    return Some(c);
-                }
-            }
-            b'}' | b']' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    None
+    bracket_depth(raw, limit).1
 }
 
 /// The deepest nesting of arrays and objects in `raw` (a scalar is 0, `{}` is 1). A cheap pass
 /// that lets a caller refuse a deeply nested request before building a tree of it.
 pub fn nesting_depth(raw: &[u8]) -> usize {
+    bracket_depth(raw, usize::MAX).0
+}
+
+/// Walks the brackets of `raw` outside strings: the deepest level reached, and the bracket that
+/// first went past `limit` (the walk stops there).
+fn bracket_depth(raw: &[u8], limit: usize) -> (usize, Option<u8>) {
     let (mut depth, mut max) = (0usize, 0usize);
     let mut in_string = false;
     let mut escaped = false;
@@ -799,12 +779,15 @@ pub fn nesting_depth(raw: &[u8]) -> usize {
             b'{' | b'[' => {
                 depth += 1;
                 max = max.max(depth);
+                if depth > limit {
+                    return (max, Some(c));
+                }
             }
             b'}' | b']' => depth = depth.saturating_sub(1),
             _ => {}
         }
     }
-    max
+    (max, None)
 }
 
 /// Go's `foldName`: ASCII letters upper-cased, and the two non-ASCII runes whose case-fold orbit
