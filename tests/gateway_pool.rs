@@ -305,3 +305,159 @@ async fn garbage_from_a_node_is_a_502_and_a_failure() {
     assert!(!status.upstreams[0].healthy, "{status:?}");
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_height_goes_only_to_nodes_that_reached_it() {
+    let c = Cluster::start(2, Duration::from_millis(100), |cfg| {
+        no_cache(cfg);
+        cfg.health.interval = Duration::from_millis(50);
+        // Keep the lagging node in the pool: only height-aware routing keeps it out.
+        cfg.health.max_lag_blocks = 1000;
+    })
+    .await;
+    c.nodes[1].control().freeze();
+    let frozen_at = c.nodes[1].control().height();
+    let target = frozen_at + 5;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = c.gateway.pool().status();
+        let h0 = status.upstreams[0].height.unwrap_or(0);
+        if h0 >= target && status.upstreams[1].takes_traffic {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{status:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c.nodes[1].control().reset_calls();
+    for _ in 0..20 {
+        let r = post(
+            &format!("{}/ext/bc/P", c.url()),
+            &call(
+                "platform.getBlockByHeight",
+                &format!(r#"{{"height":{target}}}"#),
+            ),
+        )
+        .await;
+        assert!(r.json()["result"]["block"].is_string(), "{}", r.body);
+    }
+    assert_eq!(
+        c.nodes[1].control().call_count("platform.getBlockByHeight"),
+        0
+    );
+    // Heights it has are still served by it too.
+    let mut reached = false;
+    for _ in 0..40 {
+        post(
+            &format!("{}/ext/bc/P", c.url()),
+            &call(
+                "platform.getBlockByHeight",
+                &format!(r#"{{"height":{frozen_at}}}"#),
+            ),
+        )
+        .await;
+        if c.nodes[1].control().call_count("platform.getBlockByHeight") > 0 {
+            reached = true;
+            break;
+        }
+    }
+    assert!(reached, "the lagging node got none of the heights it has");
+    c.gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_not_found_below_the_best_height_is_retried_elsewhere() {
+    use http_body_util::{BodyExt, Full};
+    use hyper::service::service_fn;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    // A node that claims the same height as the real one but has lost its blocks.
+    let real = snowgate::devnode::DevNode::spawn(snowgate::devnode::DevNodeConfig {
+        block_interval: Duration::from_secs(60),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let height = real.control().height();
+    let asked = Arc::new(AtomicU64::new(0));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let counter = asked.clone();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let counter = counter.clone();
+                    async move {
+                        let body = req.into_body().collect().await.unwrap().to_bytes();
+                        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                        let id = v["id"].clone();
+                        let answer = match v["method"].as_str().unwrap() {
+                            "info.isBootstrapped" => format!(
+                                r#"{{"jsonrpc":"2.0","result":{{"isBootstrapped":true}},"id":{id}}}"#
+                            ),
+                            "platform.getHeight" => format!(
+                                r#"{{"jsonrpc":"2.0","result":{{"height":"{height}"}},"id":{id}}}"#
+                            ),
+                            _ => {
+                                counter.fetch_add(1, Ordering::Relaxed);
+                                let h = &v["params"]["height"];
+                                format!(
+                                    r#"{{"jsonrpc":"2.0","error":{{"code":-32000,"message":"couldn't get block at height {h}: not found","data":null}},"id":{id}}}"#
+                                )
+                            }
+                        };
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                            bytes::Bytes::from(answer),
+                        )))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    let mut config = snowgate::Config::default();
+    config.server.listen = "127.0.0.1:0".parse().unwrap();
+    config.cache.enabled = false;
+    config.rate_limit.enabled = false;
+    config.upstreams = vec![
+        snowgate::config::UpstreamConfig {
+            name: "amnesiac".into(),
+            url: format!("http://{addr}"),
+        },
+        snowgate::config::UpstreamConfig {
+            name: "real".into(),
+            url: real.url(),
+        },
+    ];
+    let gw = snowgate::Gateway::start(config).await.unwrap();
+    for h in (1..=20).map(|i| height - 10 * i) {
+        let r = post(
+            &format!("{}/ext/bc/P", gw.url()),
+            &call("platform.getBlockByHeight", &format!(r#"{{"height":{h}}}"#)),
+        )
+        .await;
+        assert!(
+            r.json()["result"]["block"].is_string(),
+            "height {h}: {}",
+            r.body
+        );
+    }
+    assert!(
+        asked.load(Ordering::Relaxed) > 0,
+        "the amnesiac node was never tried"
+    );
+    // Above the best height a "not found" is the right answer and is not retried.
+    let r = post(
+        &format!("{}/ext/bc/P", gw.url()),
+        &call(
+            "platform.getBlockByHeight",
+            &format!(r#"{{"height":{}}}"#, height + 100),
+        ),
+    )
+    .await;
+    assert!(r.body.contains("not found"), "{}", r.body);
+    gw.shutdown().await;
+}
