@@ -23,6 +23,18 @@ pub struct Caller {
     pub ip: IpAddr,
     /// Whose quota the call is charged to.
     pub client: crate::ratelimit::ClientId,
+    /// The request id (`x-request-id`), for the log lines of this call.
+    pub request_id: Option<http::HeaderValue>,
+}
+
+impl Caller {
+    /// The request id as text (`-` when absent).
+    pub fn request_id(&self) -> &str {
+        self.request_id
+            .as_ref()
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("-")
+    }
 }
 
 /// One call on its way to a node.

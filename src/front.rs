@@ -20,7 +20,7 @@ use crate::call::{AnswerKind, Caller, RpcCall};
 use crate::config::LimitsConfig;
 use crate::error::ProxyError;
 use crate::jsonrpc::{self, gojson, response, Verdict};
-use crate::methods::{family_for_path, Family, Registry};
+use crate::methods::{family_for_path, Family, MethodSpec, Registry};
 use crate::metrics::Metrics;
 use crate::policy::AdminKeys;
 use crate::ratelimit::{ClientId, Limiter};
@@ -44,6 +44,8 @@ pub struct Front {
     /// The rate limiter, to tell who a client is (`None` when disabled).
     pub limiter: Option<Arc<Limiter>>,
     pub metrics: Metrics,
+    /// `snowgate_requests_total`, resolved per method and outcome.
+    pub requests: crate::metrics::CounterTable,
     pub limits: LimitsConfig,
     /// Set on SIGTERM: `/ext/health` answers 503 and connections are closed after their answer.
     pub draining: Arc<AtomicBool>,
@@ -311,6 +313,7 @@ impl Front {
             pin,
             ip: peer.ip(),
             client,
+            request_id: headers.get("x-request-id").cloned(),
         }
     }
 
@@ -392,7 +395,7 @@ impl Front {
     /// A JSON-RPC body, already read: one call or a batch.
     async fn rpc(&self, family: Family, path: &str, body: &[u8], caller: &Caller) -> HttpResponse {
         if gojson::nesting_depth(body) > self.limits.depth {
-            self.count("-", "invalid_request");
+            self.count(None, "invalid_request");
             let msg = format!("request nested deeper than {} levels", self.limits.depth);
             return json(StatusCode::OK, response::error(-32600, &msg, None, None));
         }
@@ -424,14 +427,14 @@ impl Front {
     async fn batch(&self, family: Family, path: &str, raw: &[u8], caller: &Caller) -> HttpResponse {
         let elements = gojson::array_elements(raw).unwrap_or_default();
         if elements.is_empty() {
-            self.count("-", "invalid_request");
+            self.count(None, "invalid_request");
             return json(
                 StatusCode::OK,
                 response::error(-32600, "invalid request: empty batch", None, None),
             );
         }
         if elements.len() > self.limits.batch_len {
-            self.count("-", "invalid_request");
+            self.count(None, "invalid_request");
             let msg = format!(
                 "batch of {} calls exceeds the limit of {}",
                 elements.len(),
@@ -485,16 +488,16 @@ impl Front {
         let id = decoded.envelope.id.as_deref();
         match decoded.verdict() {
             Verdict::ParseError(msg) if in_batch => {
-                self.count("-", "invalid_request");
+                self.count(None, "invalid_request");
                 return Outcome::rpc_error(-32600, &format!("invalid request: {msg}"), None, id);
             }
             Verdict::ParseError(msg) => {
-                self.count("-", "parse_error");
+                self.count(None, "parse_error");
                 let data = decoded.error_data();
                 return Outcome::rpc_error(-32700, &msg, Some(&data), id);
             }
             Verdict::InvalidVersion => {
-                self.count("-", "invalid_request");
+                self.count(None, "invalid_request");
                 if id.is_none() && !in_batch {
                     return Outcome::silent();
                 }
@@ -521,7 +524,7 @@ impl Front {
         };
         let spec = match spec {
             Ok(spec) => spec,
-            Err(e) => return self.refuse(e, "-", id),
+            Err(e) => return self.refuse(e, None, caller, id),
         };
         let call = RpcCall {
             spec,
@@ -530,7 +533,7 @@ impl Front {
             caller: caller.clone(),
             route_min_height: None,
         };
-        let name = call.spec.name.clone();
+        let spec = call.spec.clone();
         let client_id = call.id.clone();
         match self.rpc.clone().oneshot(call).await {
             Ok(answer) => {
@@ -538,7 +541,7 @@ impl Front {
                     AnswerKind::Result => "ok",
                     AnswerKind::Error => "rpc_error",
                 };
-                self.count(&name, outcome);
+                self.count(Some(&spec), outcome);
                 Outcome {
                     body: client_id.as_deref().map(|id| answer.body(Some(id))),
                     status: StatusCode::OK,
@@ -546,22 +549,33 @@ impl Front {
                     cache: Some(answer.cache.header()),
                 }
             }
-            Err(e) => self.refuse(e, &name, client_id.as_deref()),
+            Err(e) => self.refuse(e, Some(&spec), caller, client_id.as_deref()),
         }
     }
 
-    fn count(&self, method: &str, outcome: &str) {
-        self.metrics
-            .requests
-            .with_label_values(&[method, outcome])
-            .inc();
+    /// Counts a call by method (`None`: refused before a method was known) and outcome.
+    fn count(&self, spec: Option<&MethodSpec>, outcome: &str) {
+        match spec {
+            Some(s) => self.requests.inc(s.index, &[&s.name], outcome),
+            None => self.requests.inc(self.registry.len(), &["-"], outcome),
+        }
     }
 
-    fn refuse(&self, e: ProxyError, method: &str, id: Option<&[u8]>) -> Outcome {
-        self.count(method, e.outcome());
+    fn refuse(
+        &self,
+        e: ProxyError,
+        spec: Option<&MethodSpec>,
+        caller: &Caller,
+        id: Option<&[u8]>,
+    ) -> Outcome {
+        self.count(spec, e.outcome());
+        let method = spec.map_or("-", |s| s.name.as_str());
+        let request_id = caller.request_id();
         match e.blame() {
-            crate::error::Blame::Client => tracing::debug!(method, error = %e, "refused"),
-            _ => tracing::warn!(method, error = %e, "call failed"),
+            crate::error::Blame::Client => {
+                tracing::debug!(request_id, method, error = %e, "refused")
+            }
+            _ => tracing::warn!(request_id, method, error = %e, "call failed"),
         }
         if id.is_none() && e.status() == StatusCode::OK {
             // A notification gets no answer, as from a node.

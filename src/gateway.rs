@@ -58,10 +58,11 @@ impl Gateway {
         let first_round = (0..pool.upstreams().len()).map(|i| pool.check_once(i));
         futures_util::future::join_all(first_round).await;
         pool.spawn_health_checks(stop_rx.clone());
+        let registry = Registry::with_overrides(&config.methods);
         let cache = config
             .cache
             .enabled
-            .then(|| AnswerCache::new(&config.cache, pool.clone(), &metrics));
+            .then(|| AnswerCache::new(&config.cache, pool.clone(), &metrics, registry.len()));
         let limiter = config
             .rate_limit
             .enabled
@@ -71,12 +72,17 @@ impl Gateway {
         }
         let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let front = Arc::new(Front {
-            registry: Registry::with_overrides(&config.methods),
+            registry: registry.clone(),
             admin: AdminKeys::new(&config.admin.api_keys),
             rpc: crate::stack::rpc_stack(pool.clone(), cache.clone(), limiter.clone()),
             cache: cache.clone(),
             limiter: limiter.clone(),
             pool: pool.clone(),
+            requests: crate::metrics::CounterTable::new(
+                metrics.requests.clone(),
+                registry.len() + 1,
+                crate::metrics::OUTCOMES,
+            ),
             metrics: metrics.clone(),
             limits: config.limits.clone(),
             draining: draining.clone(),

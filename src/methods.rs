@@ -124,6 +124,8 @@ pub struct MethodSpec {
     pub height_param: Option<String>,
     /// Has a side effect: sent again to another node only when the first attempt never left.
     pub side_effect: bool,
+    /// Position in the registry (sorted by name): indexes per-method tables such as metrics.
+    pub index: usize,
 }
 
 /// A `[methods."name"]` table: adds a method or overrides fields of a built-in one.
@@ -233,7 +235,7 @@ impl Registry {
                 let family = Family::for_service(name.split('.').next()?)?;
                 Some((
                     name.to_string(),
-                    Arc::new(MethodSpec {
+                    MethodSpec {
                         name: name.to_string(),
                         family,
                         access,
@@ -241,37 +243,62 @@ impl Registry {
                         cost,
                         height_param: height.map(str::to_string),
                         side_effect: name == "platform.issueTx",
-                    }),
+                        index: 0,
+                    },
                 ))
             })
             .collect();
-        Registry {
-            methods: Arc::new(methods),
+        Registry::indexed(methods)
+    }
+
+    /// Numbers the methods in name order and freezes the table.
+    fn indexed(mut methods: HashMap<String, MethodSpec>) -> Registry {
+        let mut names: Vec<String> = methods.keys().cloned().collect();
+        names.sort();
+        for (i, name) in names.iter().enumerate() {
+            if let Some(m) = methods.get_mut(name) {
+                m.index = i;
+            }
         }
+        Registry {
+            methods: Arc::new(methods.into_iter().map(|(k, v)| (k, Arc::new(v))).collect()),
+        }
+    }
+
+    /// How many methods there are (indices run from 0 to `len() - 1`).
+    pub fn len(&self) -> usize {
+        self.methods.len()
+    }
+
+    /// Never true: the built-in table is not empty.
+    pub fn is_empty(&self) -> bool {
+        self.methods.is_empty()
     }
 
     /// The built-in table with the config's `[methods]` applied (validated by `Config::validate`).
     pub fn with_overrides<'a>(
         overrides: impl IntoIterator<Item = (&'a String, &'a MethodOverride)>,
     ) -> Registry {
-        let mut methods = (*Registry::builtin().methods).clone();
+        let mut methods: HashMap<String, MethodSpec> = Registry::builtin()
+            .methods
+            .iter()
+            .map(|(k, v)| (k.clone(), (**v).clone()))
+            .collect();
         for (name, o) in overrides {
             let service = name.split('.').next().unwrap_or_default();
             let Some(family) = o.family.or_else(|| Family::for_service(service)) else {
                 continue;
             };
-            let base = methods
-                .get(name)
-                .map(|m| (**m).clone())
-                .unwrap_or(MethodSpec {
-                    name: name.clone(),
-                    family,
-                    access: Access::Public,
-                    cache: CacheClass::Never,
-                    cost: 1,
-                    height_param: None,
-                    side_effect: false,
-                });
+            let base = methods.get(name).cloned().unwrap_or(MethodSpec {
+                name: name.clone(),
+                family,
+                access: Access::Public,
+                cache: CacheClass::Never,
+                cost: 1,
+                height_param: None,
+                side_effect: false,
+                index: 0,
+            });
             let spec = MethodSpec {
                 family,
                 access: o.access.unwrap_or(base.access),
@@ -280,12 +307,11 @@ impl Registry {
                 height_param: o.height_param.clone().or(base.height_param),
                 side_effect: o.side_effect.unwrap_or(base.side_effect),
                 name: name.clone(),
+                index: 0,
             };
-            methods.insert(name.clone(), Arc::new(spec));
+            methods.insert(name.clone(), spec);
         }
-        Registry {
-            methods: Arc::new(methods),
-        }
+        Registry::indexed(methods)
     }
 
     /// The spec of a method, by its exact wire name.
@@ -348,6 +374,16 @@ mod tests {
         assert_eq!(added.family, Family::Platform);
         assert_eq!(added.access, Access::Public);
         assert_eq!(r.get("info.getVMs").unwrap().access, Access::Public);
+    }
+
+    #[test]
+    fn indices_are_dense_and_in_name_order() {
+        let r = Registry::builtin();
+        let all = r.all();
+        for (i, m) in all.iter().enumerate() {
+            assert_eq!(m.index, i, "{}", m.name);
+        }
+        assert_eq!(r.len(), all.len());
     }
 
     #[test]

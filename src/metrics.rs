@@ -140,3 +140,84 @@ impl Metrics {
         out
     }
 }
+
+/// Counters of one `IntCounterVec` resolved once per (row, column) and kept: a label lookup
+/// hashes the label strings under a lock, which the request path should not do per call. Rows are
+/// methods (by [`crate::methods::MethodSpec::index`], plus one for calls before dispatch), columns
+/// a fixed list of the last label's values.
+pub struct CounterTable {
+    vec: IntCounterVec,
+    columns: &'static [&'static str],
+    rows: Vec<Box<[std::sync::OnceLock<prometheus::IntCounter>]>>,
+}
+
+impl CounterTable {
+    /// A table of `rows` rows over `vec`, whose last label takes the values in `columns`.
+    pub fn new(vec: IntCounterVec, rows: usize, columns: &'static [&'static str]) -> CounterTable {
+        CounterTable {
+            vec,
+            columns,
+            rows: (0..rows)
+                .map(|_| columns.iter().map(|_| std::sync::OnceLock::new()).collect())
+                .collect(),
+        }
+    }
+
+    /// Increments the counter labelled `prefix` + `column` in `row`.
+    pub fn inc(&self, row: usize, prefix: &[&str], column: &str) {
+        let cell = self
+            .columns
+            .iter()
+            .position(|c| *c == column)
+            .and_then(|col| self.rows.get(row)?.get(col));
+        match cell {
+            Some(cell) => cell.get_or_init(|| self.labelled(prefix, column)).inc(),
+            None => self.labelled(prefix, column).inc(),
+        }
+    }
+
+    fn labelled(&self, prefix: &[&str], column: &str) -> prometheus::IntCounter {
+        let mut labels: Vec<&str> = prefix.to_vec();
+        labels.push(column);
+        self.vec.with_label_values(&labels)
+    }
+}
+
+/// The values of the `outcome` label of `snowgate_requests_total`.
+pub const OUTCOMES: &[&str] = &[
+    "ok",
+    "rpc_error",
+    "refused",
+    "unknown_method",
+    "invalid_request",
+    "parse_error",
+    "rate_limited",
+    "no_upstream",
+    "overloaded",
+    "upstream_timeout",
+    "upstream_unavailable",
+    "bad_upstream_answer",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counter_table_counts_into_the_labelled_series() {
+        let m = Metrics::new();
+        let t = CounterTable::new(m.requests.clone(), 2, OUTCOMES);
+        t.inc(0, &["a.b"], "ok");
+        t.inc(0, &["a.b"], "ok");
+        t.inc(5, &["c.d"], "ok"); // a row out of range still counts
+        t.inc(1, &["e.f"], "something_else");
+        assert_eq!(m.requests.with_label_values(&["a.b", "ok"]).get(), 2);
+        assert_eq!(m.requests.with_label_values(&["c.d", "ok"]).get(), 1);
+        assert_eq!(
+            m.requests
+                .with_label_values(&["e.f", "something_else"])
+                .get(),
+            1
+        );
+    }
+}

@@ -13,7 +13,9 @@
 //! Everything else is kept exactly, so requests that might be read differently stay apart
 //! (`hex` and `json` encodings are different entries; address order is kept).
 
-use crate::jsonrpc::gojson::{fold_key, write_go_string};
+use std::fmt::Write as _;
+
+use crate::jsonrpc::gojson::{fold_char, fold_cmp, fold_eq, write_go_chars};
 use crate::jsonrpc::Json;
 
 /// The Primary Network's ID, which is also Go's zero `ids.ID`.
@@ -34,54 +36,62 @@ const UINT_FIELDS: [&str; 5] = ["HEIGHT", "LIMIT", "SIZE", "STARTTIME", "ENDTIME
 /// ```
 pub fn canonical_params(params: Option<&Json>) -> String {
     let mut out = String::new();
+    canonical_params_into(&mut out, params);
+    out
+}
+
+/// [`canonical_params`] appended to `out` (the cache builds its whole key in one buffer).
+pub fn canonical_params_into(out: &mut String, params: Option<&Json>) {
     let obj = match params {
-        None | Some(Json::Null) => return out,
+        None | Some(Json::Null) => return,
         Some(Json::Array(items)) => match items.first() {
-            None => return out,
+            None => return,
             Some(first @ Json::Object(_)) => first,
             // Positional scalars: the node refuses them; keep them apart exactly.
             Some(_) => {
                 out.push('!');
                 if let Some(p) = params {
-                    p.encode_into(&mut out);
+                    p.encode_into(out);
                 }
-                return out;
+                return;
             }
         },
         Some(other) => other,
     };
-    write_canonical(&mut out, obj, true);
-    if out == "{}" {
+    let start = out.len();
+    write_canonical(out, obj, true);
+    if &out[start..] == "{}" {
         // No members (or only defaults): the same as no params.
-        out.clear();
+        out.truncate(start);
     }
-    out
 }
 
 fn write_canonical(out: &mut String, value: &Json, top: bool) {
     match value {
         Json::Object(members) => {
-            // Folded names, last duplicate wins (as Go), nulls dropped, then sorted.
-            let mut fields: Vec<(String, &Json)> = Vec::with_capacity(members.len());
+            // Folded names, last duplicate wins (as Go), nulls dropped, then sorted; compared in
+            // place, without building folded copies.
+            let mut fields: Vec<(&str, &Json)> = Vec::with_capacity(members.len());
             for (k, v) in members {
-                let folded = fold_key(k);
-                fields.retain(|(f, _)| *f != folded);
-                fields.push((folded, v));
+                if let Some(pos) = fields.iter().position(|(f, _)| fold_eq(f, k)) {
+                    fields.remove(pos);
+                }
+                fields.push((k.as_str(), v));
             }
             fields.retain(|(k, v)| !(v.is_null() || (top && is_default(k, v))));
-            fields.sort_by(|a, b| a.0.cmp(&b.0));
+            fields.sort_by(|a, b| fold_cmp(a.0, b.0));
             out.push('{');
             for (i, (k, v)) in fields.iter().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }
-                write_go_string(out, k);
+                write_go_chars(out, k.chars().map(fold_char));
                 out.push(':');
-                match (top, k.as_str(), v) {
-                    (true, "ENCODING", Json::String(s)) => {
-                        write_go_string(out, &s.to_ascii_lowercase());
+                match (top, v) {
+                    (true, Json::String(s)) if fold_eq(k, "ENCODING") => {
+                        write_go_chars(out, s.chars().map(|c| c.to_ascii_lowercase()));
                     }
-                    (true, name, v) if UINT_FIELDS.contains(&name) => write_uint(out, v),
+                    (true, v) if UINT_FIELDS.iter().any(|u| fold_eq(k, u)) => write_uint(out, v),
                     _ => write_canonical(out, v, false),
                 }
             }
@@ -102,10 +112,10 @@ fn write_canonical(out: &mut String, value: &Json, top: bool) {
 }
 
 /// A top-level member whose value is what the node assumes when it is omitted.
-fn is_default(folded: &str, value: &Json) -> bool {
-    match (folded, value) {
-        ("ENCODING", Json::String(s)) => s.eq_ignore_ascii_case("hex"),
-        ("SUBNETID", Json::String(s)) => s == PRIMARY_NETWORK_ID,
+fn is_default(key: &str, value: &Json) -> bool {
+    match value {
+        Json::String(s) if fold_eq(key, "ENCODING") => s.eq_ignore_ascii_case("hex"),
+        Json::String(s) if fold_eq(key, "SUBNETID") => s == PRIMARY_NETWORK_ID,
         _ => false,
     }
 }
@@ -122,7 +132,9 @@ fn write_uint(out: &mut String, value: &Json) {
             .then(|| d.parse::<u64>().ok())
             .flatten()
     }) {
-        Some(n) => out.push_str(&n.to_string()),
+        Some(n) => {
+            let _ = write!(out, "{n}");
+        }
         None => write_canonical(out, value, false),
     }
 }

@@ -103,7 +103,8 @@ enum NotStored {
 }
 
 struct CacheMetrics {
-    lookups: IntCounterVec,
+    /// `snowgate_cache_requests_total`, resolved per method and result.
+    lookups: crate::metrics::CounterTable,
     coalesced: IntCounter,
     evictions: IntCounter,
     entries: IntGauge,
@@ -111,7 +112,7 @@ struct CacheMetrics {
 }
 
 impl CacheMetrics {
-    fn new(metrics: &Metrics) -> CacheMetrics {
+    fn new(metrics: &Metrics, methods: usize) -> CacheMetrics {
         let lookups = IntCounterVec::new(
             Opts::new(
                 "snowgate_cache_requests_total",
@@ -146,7 +147,11 @@ impl CacheMetrics {
             let _ = registry.register(c);
         }
         CacheMetrics {
-            lookups,
+            lookups: crate::metrics::CounterTable::new(
+                lookups,
+                methods,
+                &["hit", "miss", "bypass"],
+            ),
             coalesced,
             evictions,
             entries,
@@ -165,8 +170,14 @@ pub struct AnswerCache {
 
 impl AnswerCache {
     /// Builds the store; `pool` tells the best height (head-class keys) and node heights.
-    pub fn new(config: &CacheConfig, pool: Arc<Pool>, metrics: &Metrics) -> Arc<AnswerCache> {
-        let metrics = CacheMetrics::new(metrics);
+    /// `methods` is the size of the method registry (for the per-method counters).
+    pub fn new(
+        config: &CacheConfig,
+        pool: Arc<Pool>,
+        metrics: &Metrics,
+        methods: usize,
+    ) -> Arc<AnswerCache> {
+        let metrics = CacheMetrics::new(metrics, methods);
         let evictions = metrics.evictions.clone();
         let store = Moka::builder()
             .max_capacity(config.max_bytes)
@@ -224,16 +235,16 @@ impl AnswerCache {
 
     /// The key of a call: method, NUL, canonical params, and for head-class calls the best
     /// height they belong to.
-    fn key(&self, call: &RpcCall, head: Option<u64>) -> Arc<str> {
-        let mut k = String::with_capacity(64);
+    fn key(&self, call: &RpcCall, head: Option<u64>) -> String {
+        use std::fmt::Write as _;
+        let mut k = String::with_capacity(call.spec.name.len() + 96);
         k.push_str(&call.spec.name);
         k.push('\u{0}');
-        k.push_str(&key::canonical_params(call.params.as_ref()));
+        key::canonical_params_into(&mut k, call.params.as_ref());
         if let Some(h) = head {
-            k.push_str("\u{0}@");
-            k.push_str(&h.to_string());
+            let _ = write!(k, "\u{0}@{h}");
         }
-        k.into()
+        k
     }
 
     /// Would this call be answered from the cache right now? (For the rate limiter's price.)
@@ -242,14 +253,14 @@ impl AnswerCache {
             return false;
         }
         let head = (call.spec.cache == CacheClass::Head).then(|| self.pool.best_height());
-        self.store.contains_key(&self.key(call, head))
+        self.store.contains_key(self.key(call, head).as_str())
     }
 
     fn count(&self, call: &RpcCall, result: &str) {
+        let spec = &call.spec;
         self.metrics
             .lookups
-            .with_label_values(&[&call.spec.name, class_label(call.spec.cache), result])
-            .inc();
+            .inc(spec.index, &[&spec.name, class_label(spec.cache)], result);
     }
 }
 
@@ -328,7 +339,7 @@ where
                 call.route_min_height = Some(h);
             }
             let key = cache.key(&call, head);
-            if let Some(e) = cache.store.get(&key).await {
+            if let Some(e) = cache.store.get(key.as_str()).await {
                 cache.count(&call, "hit");
                 return Ok(Answer {
                     kind: e.kind,
@@ -364,7 +375,11 @@ where
                     }
                 }
             };
-            let result = cache.store.entry(key).or_try_insert_with(init).await;
+            let result = cache
+                .store
+                .entry(Arc::<str>::from(key))
+                .or_try_insert_with(init)
+                .await;
             if !ran.load(Ordering::Relaxed) {
                 cache.metrics.coalesced.inc();
             }

@@ -794,20 +794,38 @@ fn bracket_depth(raw: &[u8], limit: usize) -> (usize, Option<u8>) {
 /// reaches an ASCII letter (U+017F LATIN SMALL LETTER LONG S and U+212A KELVIN SIGN) mapped onto it.
 /// Two keys a Go struct decoder would treat as the same field fold to the same string.
 pub fn fold_key(key: &str) -> String {
-    key.chars()
-        .map(|c| match c {
-            'a'..='z' => c.to_ascii_uppercase(),
-            '\u{017F}' => 'S',
-            '\u{212A}' => 'K',
-            _ => c,
-        })
-        .collect()
+    key.chars().map(fold_char).collect()
+}
+
+/// One character of [`fold_key`].
+pub fn fold_char(c: char) -> char {
+    match c {
+        'a'..='z' => c.to_ascii_uppercase(),
+        '\u{017F}' => 'S',
+        '\u{212A}' => 'K',
+        _ => c,
+    }
+}
+
+/// Do two keys fold to the same name? (No allocation.)
+pub fn fold_eq(a: &str, b: &str) -> bool {
+    a.chars().map(fold_char).eq(b.chars().map(fold_char))
+}
+
+/// Orders keys by their folded names. (No allocation.)
+pub fn fold_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    a.chars().map(fold_char).cmp(b.chars().map(fold_char))
 }
 
 /// Appends `s` as a JSON string the way Go's encoder writes it (HTML-safe).
 pub fn write_go_string(out: &mut String, s: &str) {
+    write_go_chars(out, s.chars());
+}
+
+/// [`write_go_string`] over a sequence of characters.
+pub fn write_go_chars(out: &mut String, chars: impl Iterator<Item = char>) {
     out.push('"');
-    for c in s.chars() {
+    for c in chars {
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),

@@ -30,7 +30,6 @@ use serde::Serialize;
 use crate::call::{Answer, AnswerKind, CacheStatus, RpcCall};
 use crate::config::{ForwardConfig, HealthConfig, LimitsConfig, UpstreamConfig};
 use crate::error::ProxyError;
-use crate::methods::Family;
 use crate::metrics::Metrics;
 use balance::PeakEwma;
 use health::{Check, HealthState, Thresholds};
@@ -115,10 +114,51 @@ pub struct Upstream {
     in_flight: AtomicUsize,
     /// Caps the requests in flight to this node (`[upstream] max_concurrency`).
     permits: tokio::sync::Semaphore,
+    /// This node's metric series, resolved once.
+    metrics: UpstreamMetrics,
+}
+
+/// The metric series of one upstream.
+struct UpstreamMetrics {
+    in_flight: prometheus::IntGauge,
+    latency: prometheus::Histogram,
+    healthy: prometheus::IntGauge,
+    requests: crate::metrics::CounterTable,
+}
+
+/// The values of the `outcome` label of `snowgate_upstream_requests_total`.
+const UPSTREAM_OUTCOMES: &[&str] = &[
+    "ok",
+    "rpc_error",
+    "connect_error",
+    "transport_error",
+    "timeout",
+    "http_5xx",
+    "http_error",
+    "bad_answer",
+];
+
+impl UpstreamMetrics {
+    fn new(metrics: &Metrics, name: &str) -> UpstreamMetrics {
+        UpstreamMetrics {
+            in_flight: metrics.upstream_in_flight.with_label_values(&[name]),
+            latency: metrics.upstream_latency.with_label_values(&[name]),
+            healthy: metrics.upstream_healthy.with_label_values(&[name]),
+            requests: crate::metrics::CounterTable::new(
+                metrics.upstream_requests.clone(),
+                1,
+                UPSTREAM_OUTCOMES,
+            ),
+        }
+    }
 }
 
 impl Upstream {
-    fn new(config: &UpstreamConfig, forward: &ForwardConfig) -> Result<Upstream, String> {
+    fn new(
+        config: &UpstreamConfig,
+        forward: &ForwardConfig,
+        metrics: &Metrics,
+    ) -> Result<Upstream, String> {
         let authority = parse_base_url(&config.url)?;
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
@@ -136,6 +176,7 @@ impl Upstream {
             pending: Mutex::new(Pending::default()),
             in_flight: AtomicUsize::new(0),
             permits: tokio::sync::Semaphore::new(forward.max_concurrency),
+            metrics: UpstreamMetrics::new(metrics, &config.name),
         })
     }
 
@@ -333,7 +374,7 @@ impl Pool {
     ) -> Result<Pool, String> {
         let upstreams = upstreams
             .iter()
-            .map(|u| Upstream::new(u, &forward).map(Arc::new))
+            .map(|u| Upstream::new(u, &forward, &metrics).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
         for u in &upstreams {
             metrics
@@ -440,26 +481,25 @@ impl Pool {
         Some(candidates[chosen])
     }
 
-    /// One attempt on one upstream, with the bookkeeping (in-flight, latency, metrics, passive
-    /// health).
+    /// One attempt of `call` on one upstream, re-encoded with a fresh id, with the bookkeeping
+    /// (in-flight, latency, metrics, passive health).
     async fn attempt(
         &self,
         upstream: &Upstream,
-        family: Family,
-        body: Vec<u8>,
-        id: u64,
+        call: &RpcCall,
         timeout: Duration,
         _slot: Slot<'_>,
     ) -> Result<(AnswerKind, Bytes), AttemptError> {
-        let name: &str = &upstream.name;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let body = call.upstream_body(id);
+        let handles = &upstream.metrics;
         let _pending = upstream.begin();
-        let gauge = self.metrics.upstream_in_flight.with_label_values(&[name]);
-        gauge.inc();
-        let _gauge = scopeguard(move || gauge.dec());
+        handles.in_flight.inc();
+        let _gauge = scopeguard(|| handles.in_flight.dec());
         let started = Instant::now();
         let result = upstream
             .post(
-                family.canonical_path(),
+                call.spec.family.canonical_path(),
                 body,
                 timeout,
                 self.max_response_bytes,
@@ -468,27 +508,18 @@ impl Pool {
             .and_then(|b| answer::check(&b, id).map_err(AttemptError::Garbage));
         let elapsed = started.elapsed();
         upstream.ewma.lock().observe(elapsed, Instant::now());
-        self.metrics
-            .upstream_latency
-            .with_label_values(&[name])
-            .observe(elapsed.as_secs_f64());
+        handles.latency.observe(elapsed.as_secs_f64());
         let outcome = match &result {
             Ok((AnswerKind::Result, _)) => "ok",
             Ok((AnswerKind::Error, _)) => "rpc_error",
             Err(e) => e.outcome(),
         };
-        self.metrics
-            .upstream_requests
-            .with_label_values(&[name, outcome])
-            .inc();
+        handles.requests.inc(0, &[&upstream.name], outcome);
         if let Err(e) = &result {
             let why = format!("{}: {e:?}", e.outcome());
-            tracing::warn!(upstream = name, error = ?e, "upstream attempt failed");
+            tracing::warn!(request_id = call.caller.request_id(), upstream = %upstream.name, error = ?e, "upstream attempt failed");
             upstream.state.lock().passive_failure(why);
-            self.metrics
-                .upstream_healthy
-                .with_label_values(&[name])
-                .set(0);
+            handles.healthy.set(0);
         }
         result
     }
@@ -496,12 +527,10 @@ impl Pool {
     /// Forwards a call: pick a node, send, check the answer; fail over as the module doc says.
     pub async fn forward(&self, call: &RpcCall) -> Result<Answer, ProxyError> {
         let deadline = Instant::now() + self.deadline;
-        let family = call.spec.family;
         if let Some(pin) = &call.caller.pin {
             let upstream = self
                 .by_name(pin)
                 .ok_or_else(|| ProxyError::UnknownUpstream(pin.clone()))?;
-            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let started = Instant::now();
             let Ok(Ok(permit)) =
                 tokio::time::timeout(self.deadline, upstream.permits.acquire()).await
@@ -516,10 +545,7 @@ impl Pool {
                 .forward
                 .request_timeout
                 .min(self.deadline.saturating_sub(started.elapsed()));
-            return match self
-                .attempt(upstream, family, call.upstream_body(id), id, timeout, slot)
-                .await
-            {
+            return match self.attempt(upstream, call, timeout, slot).await {
                 Ok((kind, payload)) => Ok(answer_from(kind, payload, upstream)),
                 Err(e) => Err(e.into_proxy_error(&upstream.name)),
             };
@@ -539,13 +565,9 @@ impl Pool {
             };
             tried.push(index);
             let upstream = &self.upstreams[index];
-            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let remaining = deadline.saturating_duration_since(Instant::now());
             let timeout = remaining.min(self.forward.request_timeout);
-            match self
-                .attempt(upstream, family, call.upstream_body(id), id, timeout, slot)
-                .await
-            {
+            match self.attempt(upstream, call, timeout, slot).await {
                 Ok((kind, payload)) => {
                     let answer = answer_from(kind, payload, upstream);
                     if self.should_retry_not_found(call, min_height, &answer) {
