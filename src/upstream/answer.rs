@@ -48,9 +48,10 @@ pub fn check(body: &Bytes, expected_id: u64) -> Result<(AnswerKind, Bytes), Stri
         return Err("wrong id".into());
     }
     let (kind, value) = payload.ok_or("neither result nor error")?;
-    // The payload is a sub-slice of the body: share it instead of copying.
-    let start = range.start + (value.as_ptr() as usize - raw.as_ptr() as usize);
-    Ok((kind, body.slice(start..start + value.len())))
+    // Copied, not sliced out of `body`: a slice would keep the whole buffer hyper read the answer
+    // into (often many times the payload) alive for as long as the cache holds the payload, so
+    // the cache's byte bound would not bound memory. One memcpy of the payload is cheap.
+    Ok((kind, Bytes::copy_from_slice(value)))
 }
 
 /// The message of a JSON-RPC error payload (for "not found" detection and logs).

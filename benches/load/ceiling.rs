@@ -1,0 +1,71 @@
+//! The ceiling contestant: a minimal hyper server that reads each request's body and answers it
+//! with the same fixed bytes, as large as snowgate's average cached answer of the request mix. It
+//! does no parsing, lookup or copying, so no proxy can serve a cached answer faster; it runs with
+//! the same number of tokio worker threads and on the same CPUs as snowgate.
+//!
+//! The load benchmark runs it by re-executing its own binary with `LOAD_BENCH_ROLE=ceiling`.
+
+use std::convert::Infallible;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Request, Response};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+/// A JSON-RPC success answer of exactly `size` bytes (a padded hex string, newline-terminated as
+/// a node writes it).
+pub fn answer(size: usize) -> Bytes {
+    let head = "{\"jsonrpc\":\"2.0\",\"result\":{\"tx\":\"0x";
+    let tail = "\",\"encoding\":\"hex\"},\"id\":1}\n";
+    let pad = size.saturating_sub(head.len() + tail.len());
+    let mut s = String::with_capacity(size);
+    s.push_str(head);
+    s.extend(std::iter::repeat('0').take(pad));
+    s.push_str(tail);
+    Bytes::from(s)
+}
+
+/// Serves `answer(size)` on `127.0.0.1:port` until killed.
+pub fn run(port: u16, size: usize) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    runtime.block_on(async move {
+        let listener = TcpListener::bind(("127.0.0.1", port))
+            .await
+            .map_err(|e| e.to_string())?;
+        let body = answer(size);
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            let body = body.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |req: Request<Incoming>| {
+                    let body = body.clone();
+                    async move {
+                        // Read the body as any server must before answering on a kept-alive
+                        // connection.
+                        let _ = req.into_body().collect().await;
+                        let mut r = Response::new(Full::new(body));
+                        r.headers_mut().insert(
+                            header::CONTENT_TYPE,
+                            HeaderValue::from_static("application/json"),
+                        );
+                        Ok::<_, Infallible>(r)
+                    }
+                });
+                let _ = http1::Builder::new()
+                    .keep_alive(true)
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    })
+}
