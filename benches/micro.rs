@@ -18,15 +18,11 @@ use http::{header, Method, Request};
 use http_body_util::{BodyExt, Full};
 
 use snowgate::cache::key::canonical_params;
-use snowgate::cache::AnswerCache;
 use snowgate::call::{Caller, RpcCall};
 use snowgate::config::{Config, UpstreamConfig};
 use snowgate::devnode::{DevNode, DevNodeConfig};
 use snowgate::front::Front;
 use snowgate::methods::Registry;
-use snowgate::metrics::Metrics;
-use snowgate::policy::AdminKeys;
-use snowgate::upstream::Pool;
 
 /// A devnode transaction ID, the shape and length of a real one.
 const TX_ID: &str = "GQoePZSB9rc6QWdEKbq7NwoSLKg3fiLnjFA7WLSFqph4hebYt";
@@ -72,6 +68,8 @@ fn forward_encode(c: &mut Criterion) {
             admin: false,
             pin: None,
             ip: [127, 0, 0, 1].into(),
+            client: snowgate::ratelimit::ClientId::Ip([127, 0, 0, 1].into()),
+            request_id: None,
         },
         route_min_height: None,
     };
@@ -80,7 +78,8 @@ fn forward_encode(c: &mut Criterion) {
     });
 }
 
-/// A front built as `Gateway::start_on` builds it, over one in-process devnode, without a listener.
+/// A front assembled as `Gateway::start_on` assembles it, over one in-process devnode, without a
+/// listener.
 async fn front() -> (Arc<Front>, DevNode) {
     let node = DevNode::spawn(DevNodeConfig::default())
         .await
@@ -92,27 +91,18 @@ async fn front() -> (Arc<Front>, DevNode) {
         }],
         ..Config::default()
     };
-    let metrics = Metrics::new();
-    let pool = Arc::new(
-        Pool::new(
-            &config.upstreams,
-            config.health.clone(),
-            config.upstream.clone(),
-            metrics.clone(),
-        )
-        .expect("the bench's pool config is valid"),
-    );
-    pool.check_once(0).await;
-    let cache = Some(AnswerCache::new(&config.cache, pool.clone(), &metrics));
-    let front = Arc::new(Front {
-        registry: Registry::with_overrides(&config.methods),
-        admin: AdminKeys::new(&config.admin.api_keys),
-        rpc: snowgate::stack::rpc_stack(pool.clone(), cache.clone()),
-        cache,
-        pool,
-        metrics,
-        max_body_bytes: config.server.max_body_bytes,
-    });
+    // The bench measures the request path, not the limiter.
+    let config = Config {
+        rate_limit: snowgate::ratelimit::RateLimitConfig {
+            enabled: false,
+            ..Default::default()
+        },
+        ..config
+    };
+    let front = snowgate::gateway::assemble(&config, None)
+        .await
+        .expect("the bench's config is valid")
+        .front;
     (front, node)
 }
 

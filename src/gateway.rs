@@ -38,73 +38,27 @@ impl Gateway {
 
     /// Starts serving on an already bound listener (tests bind `127.0.0.1:0`).
     pub async fn start_on(config: Config, listener: TcpListener) -> anyhow::Result<Gateway> {
-        config
-            .validate()
-            .map_err(|(key, msg)| anyhow::anyhow!("`{key}`: {msg}"))?;
         let addr = listener.local_addr()?;
-        let metrics = Metrics::new();
-        let pool = Arc::new(
-            Pool::new(
-                &config.upstreams,
-                config.health.clone(),
-                config.upstream.clone(),
-                &config.limits,
-                metrics.clone(),
-            )
-            .map_err(|e| anyhow::anyhow!(e))?,
-        );
         let (stop, stop_rx) = watch::channel(false);
-        // One round of checks before accepting, so the first requests find healthy nodes.
-        let first_round = (0..pool.upstreams().len()).map(|i| pool.check_once(i));
-        futures_util::future::join_all(first_round).await;
-        pool.spawn_health_checks(stop_rx.clone());
-        let registry = Registry::with_overrides(&config.methods);
-        let cache = config
-            .cache
-            .enabled
-            .then(|| AnswerCache::new(&config.cache, pool.clone(), &metrics, registry.len()));
-        let limiter = config
-            .rate_limit
-            .enabled
-            .then(|| Limiter::new(&config.rate_limit, &metrics));
-        if let Some(l) = &limiter {
-            l.spawn_pruner(stop_rx.clone());
-        }
-        let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let front = Arc::new(Front {
-            registry: registry.clone(),
-            admin: AdminKeys::new(&config.admin.api_keys),
-            rpc: crate::stack::rpc_stack(pool.clone(), cache.clone(), limiter.clone()),
-            cache: cache.clone(),
-            limiter: limiter.clone(),
-            pool: pool.clone(),
-            requests: crate::metrics::CounterTable::new(
-                metrics.requests.clone(),
-                registry.len() + 1,
-                crate::metrics::OUTCOMES,
-            ),
-            metrics: metrics.clone(),
-            limits: config.limits.clone(),
-            draining: draining.clone(),
-        });
+        let parts = assemble(&config, Some(stop_rx.clone())).await?;
         let mut stop_rx2 = stop_rx;
         let shutdown = async move {
             let _ = stop_rx2.wait_for(|v| *v).await;
         };
         let done = tokio::spawn(crate::server::run(
             listener,
-            front,
+            parts.front,
             config.limits.clone(),
             shutdown,
             config.server.drain_timeout,
         ));
         Ok(Gateway {
             addr,
-            pool,
-            cache,
-            metrics,
-            limiter,
-            draining,
+            pool: parts.pool,
+            cache: parts.cache,
+            metrics: parts.metrics,
+            limiter: parts.limiter,
+            draining: parts.draining,
             drain_grace: config.server.drain_grace,
             stop,
             done,
@@ -158,4 +112,80 @@ impl Gateway {
     pub async fn wait(self) {
         let _ = self.done.await;
     }
+}
+
+/// The parts of a gateway, assembled without a listener (the server, tests and benchmarks share
+/// this one recipe).
+pub struct Parts {
+    pub front: Arc<Front>,
+    pub pool: Arc<Pool>,
+    pub cache: Option<Arc<AnswerCache>>,
+    pub limiter: Option<Arc<Limiter>>,
+    pub metrics: Metrics,
+    pub draining: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Validates `config` and builds the pool (one round of health checks done, so the first requests
+/// find healthy nodes), the cache, the rate limiter, the stack and the front. With `background`,
+/// the periodic health checks and the limiter's pruning run until it flips to true.
+pub async fn assemble(
+    config: &Config,
+    background: Option<watch::Receiver<bool>>,
+) -> anyhow::Result<Parts> {
+    config
+        .validate()
+        .map_err(|(key, msg)| anyhow::anyhow!("`{key}`: {msg}"))?;
+    let metrics = Metrics::new();
+    let pool = Arc::new(
+        Pool::new(
+            &config.upstreams,
+            config.health.clone(),
+            config.upstream.clone(),
+            &config.limits,
+            metrics.clone(),
+        )
+        .map_err(|e| anyhow::anyhow!(e))?,
+    );
+    let first_round = (0..pool.upstreams().len()).map(|i| pool.check_once(i));
+    futures_util::future::join_all(first_round).await;
+    let registry = Registry::with_overrides(&config.methods);
+    let cache = config
+        .cache
+        .enabled
+        .then(|| AnswerCache::new(&config.cache, pool.clone(), &metrics, registry.len()));
+    let limiter = config
+        .rate_limit
+        .enabled
+        .then(|| Limiter::new(&config.rate_limit, &metrics));
+    if let Some(stop) = background {
+        pool.spawn_health_checks(stop.clone());
+        if let Some(l) = &limiter {
+            l.spawn_pruner(stop);
+        }
+    }
+    let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let front = Arc::new(Front {
+        registry: registry.clone(),
+        admin: AdminKeys::new(&config.admin.api_keys),
+        rpc: crate::stack::rpc_stack(pool.clone(), cache.clone(), limiter.clone()),
+        cache: cache.clone(),
+        limiter: limiter.clone(),
+        pool: pool.clone(),
+        requests: crate::metrics::CounterTable::new(
+            metrics.requests.clone(),
+            registry.len() + 1,
+            crate::metrics::OUTCOMES,
+        ),
+        metrics: metrics.clone(),
+        limits: config.limits.clone(),
+        draining: draining.clone(),
+    });
+    Ok(Parts {
+        front,
+        pool,
+        cache,
+        limiter,
+        metrics,
+        draining,
+    })
 }
