@@ -10,9 +10,7 @@
 //! could disagree about the request (two keys that fold to the same name), so the gateway can refuse
 //! such an envelope instead of guessing.
 
-use super::gojson::{
-    compact_into, fold_key, object_members, scan_value, write_go_string, Json, SyntaxError,
-};
+use super::gojson::{compact_into, fold_eq, write_go_string, Json, SyntaxError, Top};
 
 /// The top-level members of a decoded request, as a node sees them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -120,25 +118,11 @@ pub fn decode(body: &[u8]) -> Decoded {
         parse_error: None,
         ambiguity: None,
     };
-    let range = match scan_value(body) {
-        Ok(r) => r,
-        Err(e) => {
-            out.parse_error = Some(syntax_message(&e));
-            return out;
-        }
-    };
-    let raw = &body[range];
-    let tree = match Json::parse(raw) {
-        Ok(t) => t,
-        Err(e) => {
-            out.parse_error = Some(syntax_message(&e));
-            return out;
-        }
-    };
-    let members = match tree {
-        Json::Object(members) => members,
-        Json::Null => return out, // decoding null into a struct is a no-op
-        other => {
+    // One scan and one tree; the id's raw bytes come from the recorded value ranges.
+    let members = match Json::parse_top(body) {
+        Ok(Top::Object(members)) => members,
+        Ok(Top::Other(Json::Null)) => return out, // decoding null into a struct is a no-op
+        Ok(Top::Other(other)) => {
             out.parse_error = Some(format!(
                 "json: cannot unmarshal {} into Go value of type {TOP_TYPE}",
                 other.kind()
@@ -146,37 +130,29 @@ pub fn decode(body: &[u8]) -> Decoded {
             out.ambiguity = Some("the body is not a JSON object".into());
             return out;
         }
+        Err(e) => {
+            out.parse_error = Some(syntax_message(&e));
+            return out;
+        }
     };
-    // Raw bytes of each top-level value, so the id can be echoed verbatim.
-    let raw_values: Vec<&[u8]> = object_members(raw)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(_, v)| v)
-        .collect();
-    let mut seen: Vec<String> = Vec::with_capacity(members.len());
-    for (i, (key, value)) in members.into_iter().enumerate() {
-        let folded = fold_key(&key);
-        if seen.contains(&folded) && out.ambiguity.is_none() {
+    for i in 0..members.len() {
+        let key = members[i].0.as_str();
+        if out.ambiguity.is_none() && members[..i].iter().any(|(k, _, _)| fold_eq(k, key)) {
             out.ambiguity = Some(format!("duplicate member {key:?} in the request object"));
         }
-        seen.push(folded.clone());
-        match folded.as_str() {
-            "JSONRPC" => set_string(&mut out, &mut |e| &mut e.version, "jsonrpc", value),
-            "METHOD" => set_string(&mut out, &mut |e| &mut e.method, "method", value),
-            "PARAMS" => {
-                if let Some(why) = params_ambiguity(&value) {
-                    out.ambiguity.get_or_insert(why);
-                }
-                out.envelope.params = (!value.is_null()).then_some(value);
+    }
+    for (key, value, at) in members {
+        if fold_eq(&key, "jsonrpc") {
+            set_string(&mut out, &mut |e| &mut e.version, "jsonrpc", value);
+        } else if fold_eq(&key, "method") {
+            set_string(&mut out, &mut |e| &mut e.method, "method", value);
+        } else if fold_eq(&key, "params") {
+            if let Some(why) = params_ambiguity(&value) {
+                out.ambiguity.get_or_insert(why);
             }
-            "ID" => {
-                out.envelope.id = if value.is_null() {
-                    None
-                } else {
-                    raw_values.get(i).map(|r| r.to_vec())
-                };
-            }
-            _ => {}
+            out.envelope.params = (!value.is_null()).then_some(value);
+        } else if fold_eq(&key, "id") {
+            out.envelope.id = (!value.is_null()).then(|| body[at].to_vec());
         }
     }
     out
@@ -210,13 +186,10 @@ fn set_string(
 fn params_ambiguity(value: &Json) -> Option<String> {
     match value {
         Json::Object(members) => {
-            let mut seen: Vec<String> = Vec::with_capacity(members.len());
-            for (k, v) in members {
-                let f = fold_key(k);
-                if seen.contains(&f) {
+            for (i, (k, v)) in members.iter().enumerate() {
+                if members[..i].iter().any(|(earlier, _)| fold_eq(earlier, k)) {
                     return Some(format!("duplicate member {k:?} in params"));
                 }
-                seen.push(f);
                 if let Some(why) = params_ambiguity(v) {
                     return Some(why);
                 }

@@ -401,6 +401,42 @@ impl Json {
         Ok(p.value())
     }
 
+    /// Parses the first JSON value of `buf` once: an object comes back as its members, each with
+    /// the byte range of its value in `buf` (so a raw value such as a request id can be echoed
+    /// verbatim without another pass).
+    pub fn parse_top(buf: &[u8]) -> Result<Top, SyntaxError> {
+        let range = scan_value(buf)?;
+        let raw = &buf[range.clone()];
+        if let Some(at) = depth_exceeded(raw, MAX_TREE_DEPTH) {
+            return Err(invalid(at, "exceeded max depth"));
+        }
+        let mut p = TreeParser { buf: raw, pos: 0 };
+        if raw.first() != Some(&b'{') {
+            return Ok(Top::Other(p.value()));
+        }
+        p.pos = 1;
+        let mut members = Vec::new();
+        loop {
+            p.ws();
+            if p.peek() == b'}' {
+                break;
+            }
+            let key = p.string();
+            p.ws();
+            p.pos += 1; // ':'
+            p.ws();
+            let start = p.pos;
+            let value = p.value();
+            let at = range.start + start..range.start + p.pos;
+            members.push((key, value, at));
+            p.ws();
+            if p.peek() == b',' {
+                p.pos += 1;
+            }
+        }
+        Ok(Top::Object(members))
+    }
+
     /// The name Go's decoder reports for this kind of value in an `UnmarshalTypeError`.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -479,6 +515,15 @@ impl Json {
         self.encode_into(&mut out);
         out
     }
+}
+
+/// The first value of a body, as [`Json::parse_top`] returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Top {
+    /// An object: its members in order, each with the byte range of its value.
+    Object(Vec<(String, Json, std::ops::Range<usize>)>),
+    /// Anything else.
+    Other(Json),
 }
 
 /// Recursive-descent builder over bytes the scanner already validated.
