@@ -117,7 +117,7 @@ impl Bench {
         let port = free_port();
         let config = self.dir.join(format!("{name}.toml"));
         let text = format!(
-            "[server]\nlisten = \"127.0.0.1:{port}\"\n\n[[upstreams]]\nname = \"devnode\"\nurl = \"http://127.0.0.1:{node_port}\"\n\n[cache]\nmax_bytes = {max_bytes}\n"
+            "[server]\nlisten = \"127.0.0.1:{port}\"\n\n[[upstreams]]\nname = \"devnode\"\nurl = \"http://127.0.0.1:{node_port}\"\n\n[cache]\nmax_bytes = {max_bytes}\n\n# One client drives every run: the benchmark measures the request path, not the quota.\n[rate_limit]\nenabled = false\n"
         );
         std::fs::write(&config, text).map_err(|e| e.to_string())?;
         let mut cmd = self.snowgate_cmd();
