@@ -251,39 +251,11 @@ async fn issue_tx_is_resent_only_when_it_never_left() {
 
 #[tokio::test]
 async fn garbage_from_a_node_is_a_502_and_a_failure() {
-    use http_body_util::{BodyExt, Full};
-    use hyper::service::service_fn;
     // A node that passes health checks but answers anything else with another request's id.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let (stream, _) = listener.accept().await.unwrap();
-            tokio::spawn(async move {
-                let svc = service_fn(|req: hyper::Request<hyper::body::Incoming>| async move {
-                    let body = req.into_body().collect().await.unwrap().to_bytes();
-                    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-                    let id = v["id"].clone();
-                    let answer = match v["method"].as_str().unwrap() {
-                        "info.isBootstrapped" => format!(
-                            r#"{{"jsonrpc":"2.0","result":{{"isBootstrapped":true}},"id":{id}}}"#
-                        ),
-                        "platform.getHeight" => {
-                            format!(r#"{{"jsonrpc":"2.0","result":{{"height":"10"}},"id":{id}}}"#)
-                        }
-                        _ => r#"{"jsonrpc":"2.0","result":{"networkID":"1"},"id":424242}"#
-                            .to_string(),
-                    };
-                    Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
-                        bytes::Bytes::from(answer),
-                    )))
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
+    let addr = scripted_node(10, |_, _| {
+        r#"{"jsonrpc":"2.0","result":{"networkID":"1"},"id":424242}"#.to_string()
+    })
+    .await;
     let mut config = snowgate::Config::default();
     config.server.listen = "127.0.0.1:0".parse().unwrap();
     config.cache.enabled = false;
@@ -366,8 +338,6 @@ async fn a_height_goes_only_to_nodes_that_reached_it() {
 
 #[tokio::test]
 async fn a_not_found_below_the_best_height_is_retried_elsewhere() {
-    use http_body_util::{BodyExt, Full};
-    use hyper::service::service_fn;
     use std::sync::atomic::{AtomicU64, Ordering};
     // A node that claims the same height as the real one but has lost its blocks.
     let real = snowgate::devnode::DevNode::spawn(snowgate::devnode::DevNodeConfig {
@@ -378,46 +348,13 @@ async fn a_not_found_below_the_best_height_is_retried_elsewhere() {
     .unwrap();
     let height = real.control().height();
     let asked = Arc::new(AtomicU64::new(0));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let counter = asked.clone();
-    tokio::spawn(async move {
-        loop {
-            let (stream, _) = listener.accept().await.unwrap();
-            let counter = counter.clone();
-            tokio::spawn(async move {
-                let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let counter = counter.clone();
-                    async move {
-                        let body = req.into_body().collect().await.unwrap().to_bytes();
-                        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-                        let id = v["id"].clone();
-                        let answer = match v["method"].as_str().unwrap() {
-                            "info.isBootstrapped" => format!(
-                                r#"{{"jsonrpc":"2.0","result":{{"isBootstrapped":true}},"id":{id}}}"#
-                            ),
-                            "platform.getHeight" => format!(
-                                r#"{{"jsonrpc":"2.0","result":{{"height":"{height}"}},"id":{id}}}"#
-                            ),
-                            _ => {
-                                counter.fetch_add(1, Ordering::Relaxed);
-                                let h = &v["params"]["height"];
-                                format!(
-                                    r#"{{"jsonrpc":"2.0","error":{{"code":-32000,"message":"couldn't get block at height {h}: not found","data":null}},"id":{id}}}"#
-                                )
-                            }
-                        };
-                        Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
-                            bytes::Bytes::from(answer),
-                        )))
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
+    let addr = scripted_node(height, move |_, v| {
+        counter.fetch_add(1, Ordering::Relaxed);
+        let (id, h) = (&v["id"], &v["params"]["height"]);
+        format!(r#"{{"jsonrpc":"2.0","error":{{"code":-32000,"message":"couldn't get block at height {h}: not found","data":null}},"id":{id}}}"#)
+    })
+    .await;
     let mut config = snowgate::Config::default();
     config.server.listen = "127.0.0.1:0".parse().unwrap();
     config.cache.enabled = false;

@@ -136,3 +136,53 @@ pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool
     }
     cond()
 }
+
+/// A scripted node on 127.0.0.1:0: it passes the gateway's health checks at `height` and answers
+/// every other call with the body `answer(method, request)` returns (HTTP 200).
+pub async fn scripted_node(
+    height: u64,
+    answer: impl Fn(&str, &serde_json::Value) -> String + Send + Sync + 'static,
+) -> std::net::SocketAddr {
+    use http_body_util::{BodyExt, Full};
+    let answer = std::sync::Arc::new(answer);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let answer = answer.clone();
+                        async move {
+                            let body = req.into_body().collect().await.unwrap().to_bytes();
+                            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                            let id = v["id"].clone();
+                            let method = v["method"].as_str().unwrap_or_default().to_string();
+                            let text = match method.as_str() {
+                                "info.isBootstrapped" => {
+                                    format!(
+                                        r#"{{"jsonrpc":"2.0","result":{{"isBootstrapped":true}},"id":{id}}}"#
+                                    )
+                                }
+                                "platform.getHeight" => {
+                                    format!(
+                                        r#"{{"jsonrpc":"2.0","result":{{"height":"{height}"}},"id":{id}}}"#
+                                    )
+                                }
+                                _ => answer(&method, &v),
+                            };
+                            Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                                bytes::Bytes::from(text),
+                            )))
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    addr
+}
