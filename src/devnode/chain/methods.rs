@@ -1078,26 +1078,33 @@ impl Chain {
                 Some(l1) => {
                     for lv in l1.validators.iter().filter(|x| keep(&x.node_id)) {
                         sep(&mut out);
-                        let _ = write!(
-                            out,
-                            "{{\"nodeID\":\"{}\",\"weight\":\"{}\",\"startTime\":\"{}\",\"validationID\":\"{}\",\"publicKey\":\"{}\",\"remainingBalanceOwner\":",
-                            node_id_str(&lv.node_id), lv.weight, lv.start_time, id_str(&lv.validation_id), hex_plain(&lv.public_key)
-                        );
-                        self.owners_json(&mut out, &lv.remaining_owner);
-                        out.push_str(",\"deactivationOwner\":");
-                        self.owners_json(&mut out, &lv.deactivation_owner);
-                        let _ = write!(
-                            out,
-                            ",\"minNonce\":\"{}\",\"balance\":\"{}\"}}",
-                            lv.min_nonce,
-                            Self::l1_balance(lv.balance0, h)
-                        );
+                        self.l1_validator_fields(&mut out, lv, h);
+                        out.push('}');
                     }
                 }
             }
         }
         out.push_str("]}");
         Ok(out)
+    }
+
+    /// The fields an L1 validator shows in both `getCurrentValidators` and `getL1Validator`, from
+    /// the opening brace up to `balance` (the caller adds its own fields and the closing brace).
+    fn l1_validator_fields(&self, out: &mut String, lv: &super::state::L1Validator, h: u64) {
+        let _ = write!(
+            out,
+            "{{\"nodeID\":\"{}\",\"weight\":\"{}\",\"startTime\":\"{}\",\"validationID\":\"{}\",\"publicKey\":\"{}\",\"remainingBalanceOwner\":",
+            node_id_str(&lv.node_id), lv.weight, lv.start_time, id_str(&lv.validation_id), hex_plain(&lv.public_key)
+        );
+        self.owners_json(out, &lv.remaining_owner);
+        out.push_str(",\"deactivationOwner\":");
+        self.owners_json(out, &lv.deactivation_owner);
+        let _ = write!(
+            out,
+            ",\"minNonce\":\"{}\",\"balance\":\"{}\"",
+            lv.min_nonce,
+            Self::l1_balance(lv.balance0, h)
+        );
     }
 
     /// An L1 validator's balance at height `h`: it pays the continuous fee every block.
@@ -1113,19 +1120,10 @@ impl Chain {
             let Some(l1) = &s.l1 else { continue };
             if let Some(lv) = l1.validators.iter().find(|x| x.validation_id == id) {
                 let mut out = String::with_capacity(1024);
+                self.l1_validator_fields(&mut out, lv, h);
                 let _ = write!(
                     out,
-                    "{{\"nodeID\":\"{}\",\"weight\":\"{}\",\"startTime\":\"{}\",\"validationID\":\"{}\",\"publicKey\":\"{}\",\"remainingBalanceOwner\":",
-                    node_id_str(&lv.node_id), lv.weight, lv.start_time, id_str(&lv.validation_id), hex_plain(&lv.public_key)
-                );
-                self.owners_json(&mut out, &lv.remaining_owner);
-                out.push_str(",\"deactivationOwner\":");
-                self.owners_json(&mut out, &lv.deactivation_owner);
-                let _ = write!(
-                    out,
-                    ",\"minNonce\":\"{}\",\"balance\":\"{}\",\"subnetID\":\"{}\",\"height\":\"{h}\"}}",
-                    lv.min_nonce,
-                    Self::l1_balance(lv.balance0, h),
+                    ",\"subnetID\":\"{}\",\"height\":\"{h}\"}}",
                     id_str(&s.id)
                 );
                 return Ok(out);
