@@ -482,7 +482,19 @@ async fn cors_gzip_and_request_ids() {
     assert_eq!(r.header("access-control-allow-origin"), Some("*"));
     assert_eq!(r.header("access-control-allow-credentials"), Some("true"));
     assert_eq!(r.header("vary"), Some("Origin"));
+    let made = r.header("x-request-id").map(str::to_string);
+    assert!(made.is_some());
+    // A client's own request id is kept and echoed; a new request gets a new id.
+    let r = post_with(
+        &url,
+        &call("platform.getHeight", "{}"),
+        &[("x-request-id", "client-7")],
+    )
+    .await;
+    assert_eq!(r.header("x-request-id"), Some("client-7"));
+    let r = post(&url, &call("platform.getHeight", "{}")).await;
     assert!(r.header("x-request-id").is_some());
+    assert_ne!(r.header("x-request-id").map(str::to_string), made);
     let pre = client()
         .request(reqwest::Method::OPTIONS, &url)
         .header("origin", "https://wallet.example")
@@ -520,6 +532,17 @@ async fn cors_gzip_and_request_ids() {
     let zipped = r.bytes().await.unwrap();
     assert_eq!(&zipped[..2], &[0x1f, 0x8b]);
     let plain = post(&url, &big).await;
+    assert_eq!(plain.header("content-encoding"), None);
+    let identity = client()
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept-encoding", "identity")
+        .body(big.clone())
+        .send()
+        .await
+        .unwrap();
+    assert!(identity.headers().get("content-encoding").is_none());
+    assert_eq!(identity.bytes().await.unwrap(), plain.body.as_bytes());
     assert!(
         zipped.len() < plain.body.len(),
         "{} >= {}",

@@ -72,6 +72,15 @@ fn main() {
         }
         return;
     }
+    if std::env::var("LOAD_BENCH_ROLE").as_deref() == Ok("bare-proxy") {
+        let port = env_or("LOAD_BENCH_PORT", 0u16);
+        let node = std::env::var("LOAD_BENCH_NODE").unwrap_or_default();
+        if let Err(e) = ceiling::run_bare_proxy(port, &node) {
+            eprintln!("bare proxy: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     if !std::env::args().any(|a| a == "--bench") {
         println!("load benchmark: run it with `cargo bench --bench load`");
         return;
@@ -413,6 +422,16 @@ fn run() -> Result<(), String> {
     procs::wait_listening(&mut ceiling, addr(ceiling_port), Duration::from_secs(20))?;
     let ceiling_url = format!("http://127.0.0.1:{ceiling_port}");
 
+    // The forwarding floor of snowgate's stack (hyper server + hyper-util client, nothing else).
+    let bare_port = free_port();
+    let mut cmd = pinned(&pin.server, &exe);
+    cmd.env("LOAD_BENCH_ROLE", "bare-proxy")
+        .env("LOAD_BENCH_PORT", bare_port.to_string())
+        .env("LOAD_BENCH_NODE", format!("127.0.0.1:{node_port}"));
+    let mut bare = b.server("bare-proxy", cmd)?;
+    procs::wait_listening(&mut bare, addr(bare_port), Duration::from_secs(20))?;
+    let bare_url = format!("http://127.0.0.1:{bare_port}");
+
     // nginx: proxy_cache and the plain proxy; warmed with every key, then checked all HITs.
     let (cache_port, plain_port) = (free_port(), free_port());
     let conf = dir.join("nginx.conf");
@@ -542,6 +561,15 @@ fn run() -> Result<(), String> {
             &load,
         ),
         Contestant::new(
+            "bare hyper proxy (stack floor)",
+            fwd_label.clone(),
+            &bare_url,
+            "mix.lua",
+            fwd_env.to_vec(),
+            vec![&bare, &devnode],
+            &load,
+        ),
+        Contestant::new(
             "direct (devnode)",
             fwd1_label.clone(),
             &node,
@@ -593,11 +621,12 @@ fn run() -> Result<(), String> {
     const DIRECT_FWD: usize = 4;
     const SG_FWD: usize = 5;
     const NGX_FWD: usize = 6;
-    const DIRECT_1: usize = 7;
-    const SG_1: usize = 8;
-    const NGX_1: usize = 9;
-    const SMALL: usize = 10;
-    const LARGE: usize = 11;
+    const BARE_FWD: usize = 7;
+    const DIRECT_1: usize = 8;
+    const SG_1: usize = 9;
+    const NGX_1: usize = 10;
+    const SMALL: usize = 11;
+    const LARGE: usize = 12;
 
     let misses = miss_count(&b.metrics(&sg_url));
     let mut node_calls = 0;
@@ -646,6 +675,7 @@ fn run() -> Result<(), String> {
     drop(sg100);
     drop(nginx);
     drop(ceiling);
+    drop(bare);
 
     // Memory with max_bytes = 64 MiB, filled past capacity.
     step("memory: max_bytes = 64 MiB, filled past capacity");
@@ -744,9 +774,16 @@ fn run() -> Result<(), String> {
         hit.p99_us <= ngx.p99_us,
     );
     let r = med[SG_FWD].rps / med[NGX_FWD].rps;
+    // CPU of the proxy alone: the devnode's share (measured direct) taken off.
+    let node_cpu = med[DIRECT_FWD].cpu_us_per_request();
     target(
         "forwarded >= 1.0 x nginx plain proxy throughput",
-        format!("{r:.2} x"),
+        format!(
+            "{r:.2} x (proxy CPU per request: snowgate {:.1} µs, nginx {:.1} µs, bare hyper proxy {:.1} µs)",
+            med[SG_FWD].cpu_us_per_request() - node_cpu,
+            med[NGX_FWD].cpu_us_per_request() - node_cpu,
+            med[BARE_FWD].cpu_us_per_request() - node_cpu,
+        ),
         r >= 1.0,
     );
     let added_1 = med[SG_1].p50_us - med[DIRECT_1].p50_us;

@@ -15,7 +15,7 @@
 
 use std::fmt::Write as _;
 
-use crate::jsonrpc::gojson::{fold_char, fold_cmp, fold_eq, write_go_chars};
+use crate::jsonrpc::gojson::{fold_char, fold_cmp, fold_eq, write_go_chars, write_go_string};
 use crate::jsonrpc::Json;
 
 /// The Primary Network's ID, which is also Go's zero `ids.ID`.
@@ -85,11 +85,16 @@ fn write_canonical(out: &mut String, value: &Json, top: bool) {
                 if i > 0 {
                     out.push(',');
                 }
-                write_go_chars(out, k.chars().map(fold_char));
+                if k.is_ascii() {
+                    // Folded ASCII is upper case; the quoted name is then one copy.
+                    write_go_string(out, &k.to_ascii_uppercase());
+                } else {
+                    write_go_chars(out, k.chars().map(fold_char));
+                }
                 out.push(':');
                 match (top, v) {
                     (true, Json::String(s)) if fold_eq(k, "ENCODING") => {
-                        write_go_chars(out, s.chars().map(|c| c.to_ascii_lowercase()));
+                        write_go_string(out, &s.to_ascii_lowercase());
                     }
                     (true, v) if UINT_FIELDS.iter().any(|u| fold_eq(k, u)) => write_uint(out, v),
                     _ => write_canonical(out, v, false),

@@ -135,27 +135,62 @@ pub fn decode(body: &[u8]) -> Decoded {
             return out;
         }
     };
+    // Two keys that fold to the same name: for the four fields, a second sighting of the field;
+    // for other keys, a fold-equal earlier key that is not one of the four either.
+    let mut seen = [false; 4];
     for i in 0..members.len() {
         let key = members[i].0.as_str();
-        if out.ambiguity.is_none() && members[..i].iter().any(|(k, _, _)| fold_eq(k, key)) {
+        let duplicate = match Field::of(key) {
+            Some(field) => std::mem::replace(&mut seen[field as usize], true),
+            None => members[..i]
+                .iter()
+                .any(|(k, _, _)| Field::of(k).is_none() && fold_eq(k, key)),
+        };
+        if duplicate && out.ambiguity.is_none() {
             out.ambiguity = Some(format!("duplicate member {key:?} in the request object"));
         }
     }
     for (key, value, at) in members {
-        if fold_eq(&key, "jsonrpc") {
-            set_string(&mut out, &mut |e| &mut e.version, "jsonrpc", value);
-        } else if fold_eq(&key, "method") {
-            set_string(&mut out, &mut |e| &mut e.method, "method", value);
-        } else if fold_eq(&key, "params") {
-            if let Some(why) = params_ambiguity(&value) {
-                out.ambiguity.get_or_insert(why);
+        match Field::of(&key) {
+            Some(Field::Version) => set_string(&mut out, &mut |e| &mut e.version, "jsonrpc", value),
+            Some(Field::Method) => set_string(&mut out, &mut |e| &mut e.method, "method", value),
+            Some(Field::Params) => {
+                if let Some(why) = params_ambiguity(&value) {
+                    out.ambiguity.get_or_insert(why);
+                }
+                out.envelope.params = (!value.is_null()).then_some(value);
             }
-            out.envelope.params = (!value.is_null()).then_some(value);
-        } else if fold_eq(&key, "id") {
-            out.envelope.id = (!value.is_null()).then(|| body[at].to_vec());
+            Some(Field::Id) => out.envelope.id = (!value.is_null()).then(|| body[at].to_vec()),
+            None => {}
         }
     }
     out
+}
+
+/// The four members of the envelope a node decodes.
+#[derive(Clone, Copy)]
+enum Field {
+    Version,
+    Method,
+    Params,
+    Id,
+}
+
+impl Field {
+    /// The field a key sets, as Go matches it (case-insensitively); exact names take one compare.
+    fn of(key: &str) -> Option<Field> {
+        match key {
+            "jsonrpc" => Some(Field::Version),
+            "method" => Some(Field::Method),
+            "params" => Some(Field::Params),
+            "id" => Some(Field::Id),
+            _ if fold_eq(key, "jsonrpc") => Some(Field::Version),
+            _ if fold_eq(key, "method") => Some(Field::Method),
+            _ if fold_eq(key, "params") => Some(Field::Params),
+            _ if fold_eq(key, "id") => Some(Field::Id),
+            _ => None,
+        }
+    }
 }
 
 fn syntax_message(e: &SyntaxError) -> String {

@@ -105,7 +105,13 @@ enum Step {
 /// Finds the end of the first JSON value in `buf` (after leading whitespace) exactly as Go's
 /// `json.Decoder` does: returns the byte range of the value, or Go's error.
 pub fn scan_value(buf: &[u8]) -> Result<std::ops::Range<usize>, SyntaxError> {
+    scan(buf).map(|(range, _)| range)
+}
+
+/// [`scan_value`], plus the deepest nesting of arrays and objects in the value.
+fn scan(buf: &[u8]) -> Result<(std::ops::Range<usize>, usize), SyntaxError> {
     let mut stack: Vec<Parse> = Vec::new();
+    let mut deepest = 0;
     let mut state = State::BeginValue;
     let mut start = None;
     let mut i = 0;
@@ -131,9 +137,9 @@ pub fn scan_value(buf: &[u8]) -> Result<std::ops::Range<usize>, SyntaxError> {
             start = Some(i);
         }
         match step(&mut state, &mut stack, c)? {
-            Step::Continue => {}
-            Step::EndBefore => return Ok(start.unwrap_or(0)..i),
-            Step::EndWith => return Ok(start.unwrap_or(0)..i + 1),
+            Step::Continue => deepest = deepest.max(stack.len()),
+            Step::EndBefore => return Ok((start.unwrap_or(0)..i, deepest)),
+            Step::EndWith => return Ok((start.unwrap_or(0)..i + 1, deepest)),
         }
         i += 1;
     }
@@ -142,7 +148,7 @@ pub fn scan_value(buf: &[u8]) -> Result<std::ops::Range<usize>, SyntaxError> {
     };
     // At EOF Go feeds a space: a finished number or literal completes, anything else is cut short.
     match step(&mut state, &mut stack, b' ') {
-        Ok(Step::EndBefore) | Ok(Step::EndWith) => Ok(start..buf.len()),
+        Ok(Step::EndBefore) | Ok(Step::EndWith) => Ok((start..buf.len(), deepest)),
         _ => Err(SyntaxError::UnexpectedEof),
     }
 }
@@ -390,10 +396,16 @@ impl Json {
     /// Trees deeper than [`MAX_TREE_DEPTH`] are refused (Go's own scanner allows 10,000 levels;
     /// building and dropping a tree that deep would overflow a task's stack).
     pub fn parse(buf: &[u8]) -> Result<Json, SyntaxError> {
-        let range = scan_value(buf)?;
-        if let Some(at) = depth_exceeded(&buf[range.clone()], MAX_TREE_DEPTH) {
-            return Err(invalid(at, "exceeded max depth"));
+        if let Some(value) = Checked::new(buf).container() {
+            return Ok(value);
         }
+        Json::parse_scanned(buf)
+    }
+
+    /// [`Json::parse`] in two passes: Go's scanner, then the tree.
+    fn parse_scanned(buf: &[u8]) -> Result<Json, SyntaxError> {
+        let (range, depth) = scan(buf)?;
+        too_deep(&buf[range.clone()], depth)?;
         let mut p = TreeParser {
             buf: &buf[range.clone()],
             pos: 0,
@@ -405,11 +417,18 @@ impl Json {
     /// the byte range of its value in `buf` (so a raw value such as a request id can be echoed
     /// verbatim without another pass).
     pub fn parse_top(buf: &[u8]) -> Result<Top, SyntaxError> {
-        let range = scan_value(buf)?;
-        let raw = &buf[range.clone()];
-        if let Some(at) = depth_exceeded(raw, MAX_TREE_DEPTH) {
-            return Err(invalid(at, "exceeded max depth"));
+        if let Some(members) = Checked::new(buf).top_object() {
+            return Ok(Top::Object(members));
         }
+        Json::parse_top_scanned(buf)
+    }
+
+    /// [`Json::parse_top`] in two passes: Go's scanner (which words any error exactly), then the
+    /// tree.
+    fn parse_top_scanned(buf: &[u8]) -> Result<Top, SyntaxError> {
+        let (range, depth) = scan(buf)?;
+        let raw = &buf[range.clone()];
+        too_deep(raw, depth)?;
         let mut p = TreeParser { buf: raw, pos: 0 };
         if raw.first() != Some(&b'{') {
             return Ok(Top::Other(p.value()));
@@ -521,9 +540,189 @@ impl Json {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Top {
     /// An object: its members in order, each with the byte range of its value.
-    Object(Vec<(String, Json, std::ops::Range<usize>)>),
+    Object(Members),
     /// Anything else.
     Other(Json),
+}
+
+/// Members of an object with the byte range of each value, as [`Top::Object`] holds them.
+pub type Members = Vec<(String, Json, std::ops::Range<usize>)>;
+
+/// The one-pass path of [`Json::parse`] and [`Json::parse_top`]: checks the grammar while it
+/// builds the tree, for the common case of an object or array whose strings have no escapes. It
+/// gives up (`None`) on anything else, valid or not, and the caller takes the two-pass path (Go's
+/// scanner, then [`TreeParser`]), which also words the errors. It accepts only what the scanner
+/// accepts and builds the same tree (a property test holds the two paths to that).
+struct Checked<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    depth: usize,
+}
+
+impl<'a> Checked<'a> {
+    fn new(buf: &'a [u8]) -> Checked<'a> {
+        let mut c = Checked {
+            buf,
+            pos: 0,
+            depth: 0,
+        };
+        c.ws();
+        c
+    }
+
+    fn ws(&mut self) {
+        while self.buf.get(self.pos).is_some_and(|&c| is_space(c)) {
+            self.pos += 1;
+        }
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.buf.get(self.pos).copied()
+    }
+
+    fn eat(&mut self, c: u8) -> bool {
+        let hit = self.peek() == Some(c);
+        self.pos += usize::from(hit);
+        hit
+    }
+
+    /// A top-level object or array (where Go's scanner ends the value: at its closing bracket).
+    fn container(&mut self) -> Option<Json> {
+        matches!(self.peek(), Some(b'{' | b'[')).then_some(())?;
+        self.value()
+    }
+
+    fn top_object(&mut self) -> Option<Members> {
+        let mut members = Vec::new();
+        self.object(|key, value, at| members.push((key, value, at)))?;
+        Some(members)
+    }
+
+    fn nest(&mut self) -> Option<()> {
+        self.depth += 1;
+        (self.depth <= MAX_TREE_DEPTH).then_some(())
+    }
+
+    /// An object; `member` gets each key, value and the value's byte range.
+    fn object(
+        &mut self,
+        mut member: impl FnMut(String, Json, std::ops::Range<usize>),
+    ) -> Option<()> {
+        self.eat(b'{').then_some(())?;
+        self.nest()?;
+        self.ws();
+        if !self.eat(b'}') {
+            loop {
+                let key = self.string()?;
+                self.ws();
+                self.eat(b':').then_some(())?;
+                self.ws();
+                let start = self.pos;
+                let value = self.value()?;
+                member(key, value, start..self.pos);
+                self.ws();
+                if self.eat(b'}') {
+                    break;
+                }
+                self.eat(b',').then_some(())?;
+                self.ws();
+            }
+        }
+        self.depth -= 1;
+        Some(())
+    }
+
+    fn array(&mut self) -> Option<Json> {
+        self.pos += 1; // '['
+        self.nest()?;
+        let mut items = Vec::new();
+        self.ws();
+        if !self.eat(b']') {
+            loop {
+                items.push(self.value()?);
+                self.ws();
+                if self.eat(b']') {
+                    break;
+                }
+                self.eat(b',').then_some(())?;
+                self.ws();
+            }
+        }
+        self.depth -= 1;
+        Some(Json::Array(items))
+    }
+
+    fn value(&mut self) -> Option<Json> {
+        match self.peek()? {
+            b'{' => {
+                let mut members = Vec::new();
+                self.object(|key, value, _| members.push((key, value)))?;
+                Some(Json::Object(members))
+            }
+            b'[' => self.array(),
+            b'"' => self.string().map(Json::String),
+            b't' => self.literal(b"true", Json::Bool(true)),
+            b'f' => self.literal(b"false", Json::Bool(false)),
+            b'n' => self.literal(b"null", Json::Null),
+            b'-' | b'0'..=b'9' => self.number(),
+            _ => None,
+        }
+    }
+
+    fn literal(&mut self, word: &[u8], value: Json) -> Option<Json> {
+        (self.buf.get(self.pos..self.pos + word.len())? == word).then_some(())?;
+        self.pos += word.len();
+        Some(value)
+    }
+
+    /// Skips digits; how many there were.
+    fn digits(&mut self) -> usize {
+        let n = self.buf[self.pos..]
+            .iter()
+            .take_while(|c| c.is_ascii_digit())
+            .count();
+        self.pos += n;
+        n
+    }
+
+    /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`, kept as written.
+    fn number(&mut self) -> Option<Json> {
+        let start = self.pos;
+        self.eat(b'-');
+        match self.peek()? {
+            b'0' => self.pos += 1,
+            b'1'..=b'9' => {
+                self.digits();
+            }
+            _ => return None,
+        }
+        if self.eat(b'.') && self.digits() == 0 {
+            return None;
+        }
+        if self.eat(b'e') || self.eat(b'E') {
+            let _ = self.eat(b'+') || self.eat(b'-');
+            if self.digits() == 0 {
+                return None;
+            }
+        }
+        let text = std::str::from_utf8(&self.buf[start..self.pos]).ok()?;
+        Some(Json::Number(text.into()))
+    }
+
+    /// A string without escapes (invalid UTF-8 becomes U+FFFD, as Go decodes it).
+    fn string(&mut self) -> Option<String> {
+        self.eat(b'"').then_some(())?;
+        let rest = &self.buf[self.pos..];
+        let end = rest
+            .iter()
+            .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+        (rest[end] == b'"').then_some(())?;
+        self.pos += end + 1;
+        Some(match std::str::from_utf8(&rest[..end]) {
+            Ok(s) => s.to_owned(),
+            Err(_) => String::from_utf8_lossy(&rest[..end]).into_owned(),
+        })
+    }
 }
 
 /// Recursive-descent builder over bytes the scanner already validated.
@@ -616,6 +815,18 @@ impl TreeParser<'_> {
     /// U+FFFD).
     fn string(&mut self) -> String {
         self.pos += 1; // opening quote
+                       // Fast path: no escape before the closing quote (IDs, addresses, hex: nearly every string
+                       // of a request) is one copy, not a byte-by-byte build.
+        let rest = &self.buf[self.pos..];
+        if let Some(end) = rest.iter().position(|&b| b == b'"' || b == b'\\') {
+            if rest[end] == b'"' {
+                self.pos += end + 1;
+                return match std::str::from_utf8(&rest[..end]) {
+                    Ok(s) => s.to_owned(),
+                    Err(_) => String::from_utf8_lossy(&rest[..end]).into_owned(),
+                };
+            }
+        }
         let mut bytes: Vec<u8> = Vec::new();
         while self.pos < self.buf.len() {
             let c = self.buf[self.pos];
@@ -807,9 +1018,14 @@ pub fn array_elements(raw: &[u8]) -> Option<Vec<&[u8]>> {
     }
 }
 
-/// The opening bracket that takes `raw` past `limit` levels of nesting, if any.
-fn depth_exceeded(raw: &[u8], limit: usize) -> Option<u8> {
-    bracket_depth(raw, limit).1
+/// Refuses a value `depth` levels deep when that is past [`MAX_TREE_DEPTH`], naming the bracket
+/// that went past it as Go's scanner would.
+fn too_deep(raw: &[u8], depth: usize) -> Result<(), SyntaxError> {
+    if depth <= MAX_TREE_DEPTH {
+        return Ok(());
+    }
+    let at = bracket_depth(raw, MAX_TREE_DEPTH).1.unwrap_or(b'[');
+    Err(invalid(at, "exceeded max depth"))
 }
 
 /// The deepest nesting of arrays and objects in `raw` (a scalar is 0, `{}` is 1). A cheap pass
@@ -822,21 +1038,27 @@ pub fn nesting_depth(raw: &[u8]) -> usize {
 /// first went past `limit` (the walk stops there).
 fn bracket_depth(raw: &[u8], limit: usize) -> (usize, Option<u8>) {
     let (mut depth, mut max) = (0usize, 0usize);
-    let mut in_string = false;
-    let mut escaped = false;
-    for &c in raw {
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if c == b'\\' {
-                escaped = true;
-            } else if c == b'"' {
-                in_string = false;
-            }
-            continue;
-        }
+    let mut i = 0;
+    while i < raw.len() {
+        let c = raw[i];
+        i += 1;
         match c {
-            b'"' => in_string = true,
+            b'"' => {
+                // Skip the string to its closing quote, stepping over escaped characters.
+                loop {
+                    let next = raw
+                        .get(i..)
+                        .and_then(|r| r.iter().position(|&b| b == b'"' || b == b'\\'));
+                    let Some(n) = next else {
+                        return (max, None); // unterminated: no bracket left to count
+                    };
+                    i += n + 1;
+                    if raw[i - 1] == b'"' {
+                        break;
+                    }
+                    i += 1; // the escaped character
+                }
+            }
             b'{' | b'[' => {
                 depth += 1;
                 max = max.max(depth);
@@ -870,6 +1092,10 @@ pub fn fold_char(c: char) -> char {
 
 /// Do two keys fold to the same name? (No allocation.)
 pub fn fold_eq(a: &str, b: &str) -> bool {
+    if a.is_ascii() && b.is_ascii() {
+        // The common case: only ASCII letters fold, and they fold as ASCII case does.
+        return a.eq_ignore_ascii_case(b);
+    }
     a.chars().map(fold_char).eq(b.chars().map(fold_char))
 }
 
@@ -880,7 +1106,21 @@ pub fn fold_cmp(a: &str, b: &str) -> std::cmp::Ordering {
 
 /// Appends `s` as a JSON string the way Go's encoder writes it (HTML-safe).
 pub fn write_go_string(out: &mut String, s: &str) {
+    if !s.bytes().any(needs_escape) {
+        // Nearly every string (IDs, names, hex): copied as it is.
+        out.reserve(s.len() + 2);
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     write_go_chars(out, s.chars());
+}
+
+/// Could this byte start something Go's encoder escapes? (0xE2 leads U+2028 and U+2029; a string
+/// with any such byte takes the character-by-character path.)
+fn needs_escape(b: u8) -> bool {
+    matches!(b, b'"' | b'\\' | b'<' | b'>' | b'&' | 0xE2) || b < 0x20
 }
 
 /// [`write_go_string`] over a sequence of characters.
@@ -1116,6 +1356,121 @@ mod tests {
         assert_eq!(nesting_depth(raw), 3);
         assert_eq!(nesting_depth(br#"{"a":"[[[["}"#), 1);
         assert_eq!(nesting_depth(b"5"), 0);
+    }
+
+    /// The byte-at-a-time walk [`bracket_depth`] replaced (it skips strings a run at a time).
+    fn bracket_depth_reference(raw: &[u8], limit: usize) -> (usize, Option<u8>) {
+        let (mut depth, mut max) = (0usize, 0usize);
+        let (mut in_string, mut escaped) = (false, false);
+        for &c in raw {
+            if in_string {
+                if escaped {
+                    escaped = false;
+                } else if c == b'\\' {
+                    escaped = true;
+                } else if c == b'"' {
+                    in_string = false;
+                }
+                continue;
+            }
+            match c {
+                b'"' => in_string = true,
+                b'{' | b'[' => {
+                    depth += 1;
+                    max = max.max(depth);
+                    if depth > limit {
+                        return (max, Some(c));
+                    }
+                }
+                b'}' | b']' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+        (max, None)
+    }
+
+    /// JSON text: scalars, arrays and objects nested a few levels, with some whitespace.
+    fn json_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just("null".to_string()),
+            Just("true".to_string()),
+            Just("false".to_string()),
+            "-?(0|[1-9][0-9]{0,3})(\\.[0-9]{1,3})?([eE][+-]?[0-9]{1,2})?",
+            "\"[a-zA-Z0-9 é]{0,6}\"",
+        ];
+        leaf.prop_recursive(4, 32, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4)
+                    .prop_map(|v| format!("[{}]", v.join(","))),
+                proptest::collection::vec(("[a-zA-Z]{1,4}", inner, " ?"), 0..4).prop_map(|v| {
+                    let members: Vec<String> = v
+                        .iter()
+                        .map(|(k, x, sp)| format!("\"{k}\"{sp}:{sp}{x}"))
+                        .collect();
+                    format!("{{{}}}", members.join(", "))
+                }),
+            ]
+        })
+    }
+
+    /// The one-pass path against the two-pass one on `buf`: it may give up, but whatever it
+    /// builds, the scanner accepts and builds the same.
+    fn same_as_scanned(buf: &[u8]) -> Result<(), proptest::test_runner::TestCaseError> {
+        if let Some(members) = Checked::new(buf).top_object() {
+            proptest::prop_assert_eq!(Ok(Top::Object(members)), Json::parse_top_scanned(buf));
+        }
+        if let Some(value) = Checked::new(buf).container() {
+            proptest::prop_assert_eq!(Ok(value), Json::parse_scanned(buf));
+        }
+        Ok(())
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn checked_path_builds_what_the_scanner_builds(v in json_text(), ws in "[ \t\r\n]{0,2}") {
+            let body = format!("{ws}{{\"id\":{v}}}{ws}trailing");
+            proptest::prop_assert!(Checked::new(body.as_bytes()).top_object().is_some(), "gave up on {}", body);
+            same_as_scanned(body.as_bytes())?;
+        }
+
+        #[test]
+        fn checked_path_never_accepts_what_the_scanner_refuses(
+            v in json_text(),
+            at in 0usize..64,
+            junk in proptest::sample::select(b"{}[]:,\"\\ \x01-+.eE0123456789tfnulx".to_vec()),
+            delete in proptest::bool::ANY,
+        ) {
+            let mut body = format!("{{\"id\":{v}}}").into_bytes();
+            let at = at % body.len();
+            if delete {
+                body.remove(at);
+            } else {
+                body.insert(at, junk);
+            }
+            same_as_scanned(&body)?;
+        }
+
+        #[test]
+        fn bracket_depth_matches_the_byte_walk(
+            raw in proptest::collection::vec(proptest::sample::select(b"{}[]\"\\ a".to_vec()), 0..40),
+            limit in 0usize..6,
+        ) {
+            proptest::prop_assert_eq!(bracket_depth(&raw, limit), bracket_depth_reference(&raw, limit));
+        }
+
+        #[test]
+        fn go_string_fast_path_matches_the_char_walk(s in "(\\PC|[\"\\\\<>&\u{2028}\u{2029}\u{0}-\u{1f}])*") {
+            let (mut fast, mut slow) = (String::new(), String::new());
+            write_go_string(&mut fast, &s);
+            write_go_chars(&mut slow, s.chars());
+            proptest::prop_assert_eq!(fast, slow);
+        }
+
+        #[test]
+        fn fold_eq_matches_fold_key(a in "[a-zA-Z\u{17F}\u{212A}k_]{0,4}", b in "[a-zA-Z\u{17F}\u{212A}k_]{0,4}") {
+            proptest::prop_assert_eq!(fold_eq(&a, &b), fold_key(&a) == fold_key(&b));
+        }
     }
 
     #[test]
