@@ -40,13 +40,24 @@ async fn wait_traffic(c: &Cluster, name: &str, want: bool) {
 async fn a_node_killed_mid_load_fails_no_client_read() {
     let c = Arc::new(Cluster::start(3, Duration::from_millis(200), no_cache).await);
     let url = format!("{}/ext/info", c.url());
+    // Each worker reads until 60 reads after the kill (at most 5,000): the kill lands mid-load
+    // however fast the reads are.
+    let killed = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut tasks = Vec::new();
     for worker in 0..8 {
         let url = url.clone();
+        let killed = killed.clone();
         tasks.push(tokio::spawn(async move {
             let client = client();
             let mut failures = Vec::new();
-            for i in 0..60 {
+            let mut after_kill = 0;
+            for i in 0..5_000 {
+                if killed.load(std::sync::atomic::Ordering::Relaxed) {
+                    after_kill += 1;
+                    if after_kill > 60 {
+                        break;
+                    }
+                }
                 let r = client
                     .post(&url)
                     .header("content-type", "application/json")
@@ -67,6 +78,7 @@ async fn a_node_killed_mid_load_fails_no_client_read() {
     }
     tokio::time::sleep(Duration::from_millis(150)).await;
     c.nodes[0].control().go_down().await;
+    killed.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut failures = Vec::new();
     for t in tasks {
         failures.extend(t.await.unwrap());

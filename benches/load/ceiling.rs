@@ -71,17 +71,24 @@ pub fn run(port: u16, size: usize) -> Result<(), String> {
 }
 
 /// The forwarding floor of snowgate's own stack: a bare hyper server that sends every POST body
-/// on to the node with hyper-util's pooled client (as snowgate does) and copies the answer back:
-/// no parsing, checking, policy, metrics or balancing. The gap between it and snowgate, forwarded,
-/// is what snowgate's own work costs; the gap between it and nginx is the stack's.
+/// on to the node over snowgate's upstream connections ([`snowgate::upstream::conn`]) and copies
+/// the answer back: no parsing, checking, policy, cache, metrics or balancing. The gap between it
+/// and snowgate, forwarded, is what snowgate's own work costs; the gap between it and nginx is the
+/// stack's (hyper and tokio).
 ///
 /// The load benchmark runs it by re-executing its own binary with `LOAD_BENCH_ROLE=bare-proxy`.
 pub fn run_bare_proxy(port: u16, node: &str) -> Result<(), String> {
-    use hyper_util::client::legacy::connect::HttpConnector;
-    use hyper_util::client::legacy::Client;
-    use hyper_util::rt::TokioExecutor;
+    use snowgate::upstream::conn::Connections;
+    use std::sync::Arc;
+    use std::time::Duration;
 
     let node: http::uri::Authority = node.parse().map_err(|e| format!("{node}: {e}"))?;
+    let connections = Arc::new(Connections::new(
+        &node,
+        Duration::from_secs(1),
+        256,
+        Duration::from_secs(60),
+    )?);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -90,43 +97,29 @@ pub fn run_bare_proxy(port: u16, node: &str) -> Result<(), String> {
         let listener = TcpListener::bind(("127.0.0.1", port))
             .await
             .map_err(|e| e.to_string())?;
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        let client: Client<HttpConnector, Full<Bytes>> =
-            Client::builder(TokioExecutor::new()).build(connector);
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 continue;
             };
             let _ = stream.set_nodelay(true);
-            let (client, node) = (client.clone(), node.clone());
+            let connections = connections.clone();
             tokio::spawn(async move {
                 let service = service_fn(move |req: Request<Incoming>| {
-                    let (client, node) = (client.clone(), node.clone());
+                    let connections = connections.clone();
                     async move {
-                        let (parts, body) = req.into_parts();
-                        let body = body
+                        let body = req
+                            .into_body()
                             .collect()
                             .await
                             .map(|b| b.to_bytes())
                             .unwrap_or_default();
-                        let uri = http::Uri::builder()
-                            .scheme("http")
-                            .authority(node)
-                            .path_and_query(parts.uri.path())
-                            .build()
-                            .unwrap_or_default();
-                        let upstream = Request::post(uri)
-                            .header(header::CONTENT_TYPE, "application/json")
-                            .body(Full::new(body))
-                            .unwrap_or_default();
-                        let answer = match client.request(upstream).await {
-                            Ok(r) => r
-                                .into_body()
-                                .collect()
-                                .await
-                                .map(|b| b.to_bytes())
-                                .unwrap_or_default(),
+                        // Every contestant's requests go to the P-chain path.
+                        let answer = match connections.post("/ext/bc/P", body).await {
+                            Ok((response, lease)) => {
+                                let answer = response.into_body().collect().await;
+                                connections.release(lease);
+                                answer.map(|b| b.to_bytes()).unwrap_or_default()
+                            }
                             Err(_) => Bytes::new(),
                         };
                         let mut r = Response::new(Full::new(answer));

@@ -688,6 +688,12 @@ impl<'a> Checked<'a> {
     /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`, kept as written.
     fn number(&mut self) -> Option<Json> {
         let start = self.pos;
+        self.skip_number()?;
+        let text = std::str::from_utf8(&self.buf[start..self.pos]).ok()?;
+        Some(Json::Number(text.into()))
+    }
+
+    fn skip_number(&mut self) -> Option<()> {
         self.eat(b'-');
         match self.peek()? {
             b'0' => self.pos += 1,
@@ -705,8 +711,100 @@ impl<'a> Checked<'a> {
                 return None;
             }
         }
-        let text = std::str::from_utf8(&self.buf[start..self.pos]).ok()?;
-        Some(Json::Number(text.into()))
+        Some(())
+    }
+
+    /// The members of a top-level object as raw slices, as [`object_members`] gives them (key
+    /// without its quotes, still escaped; value as written), checked in the same pass.
+    fn raw_members(&mut self) -> Option<RawMembers<'a>> {
+        let buf = self.buf;
+        let mut out = Vec::new();
+        self.eat(b'{').then_some(())?;
+        self.nest()?;
+        self.ws();
+        if !self.eat(b'}') {
+            loop {
+                let key_start = self.pos + 1;
+                self.skip_string()?;
+                let key = &buf[key_start..self.pos - 1];
+                self.ws();
+                self.eat(b':').then_some(())?;
+                self.ws();
+                let start = self.pos;
+                self.skip()?;
+                out.push((key, &buf[start..self.pos]));
+                self.ws();
+                if self.eat(b'}') {
+                    break;
+                }
+                self.eat(b',').then_some(())?;
+                self.ws();
+            }
+        }
+        Some(out)
+    }
+
+    /// Checks one value without building it (strings may hold escapes here).
+    fn skip(&mut self) -> Option<()> {
+        match self.peek()? {
+            open @ (b'{' | b'[') => {
+                let close = if open == b'{' { b'}' } else { b']' };
+                self.pos += 1;
+                self.nest()?;
+                self.ws();
+                if !self.eat(close) {
+                    loop {
+                        if close == b'}' {
+                            self.skip_string()?;
+                            self.ws();
+                            self.eat(b':').then_some(())?;
+                            self.ws();
+                        }
+                        self.skip()?;
+                        self.ws();
+                        if self.eat(close) {
+                            break;
+                        }
+                        self.eat(b',').then_some(())?;
+                        self.ws();
+                    }
+                }
+                self.depth -= 1;
+                Some(())
+            }
+            b'"' => self.skip_string(),
+            b't' => self.literal(b"true", Json::Null).map(drop),
+            b'f' => self.literal(b"false", Json::Null).map(drop),
+            b'n' => self.literal(b"null", Json::Null).map(drop),
+            b'-' | b'0'..=b'9' => self.skip_number(),
+            _ => None,
+        }
+    }
+
+    /// Checks a string, escapes included, by the scanner's rules: no control characters, and a
+    /// backslash takes one of `"`, a backslash, `/`, `b`, `f`, `n`, `r`, `t`, or `u` and four hex
+    /// digits.
+    fn skip_string(&mut self) -> Option<()> {
+        self.eat(b'"').then_some(())?;
+        loop {
+            let n = self.buf[self.pos..]
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+            self.pos += n + 1;
+            match self.buf[self.pos - 1] {
+                b'"' => return Some(()),
+                b'\\' => match self.peek()? {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.pos += 1,
+                    b'u' => {
+                        let hex = self.buf.get(self.pos + 1..self.pos + 5)?;
+                        hex.iter().all(u8::is_ascii_hexdigit).then_some(())?;
+                        self.pos += 5;
+                    }
+                    _ => return None,
+                },
+                _ => return None,
+            }
+        }
     }
 
     /// A string without escapes (invalid UTF-8 becomes U+FFFD, as Go decodes it).
@@ -890,7 +988,25 @@ impl TreeParser<'_> {
 /// The members of a JSON object as raw slices: `(key, value)`, the key without its quotes and still
 /// escaped, the value exactly as written. `raw` must be one object already validated by
 /// [`scan_value`]; anything else gives `None`.
-pub fn object_members(raw: &[u8]) -> Option<Vec<(&[u8], &[u8])>> {
+pub fn object_members(raw: &[u8]) -> Option<RawMembers<'_>> {
+    object_members_walked(raw)
+}
+
+/// An object's members as raw slices: `(key, value)`.
+pub type RawMembers<'a> = Vec<(&'a [u8], &'a [u8])>;
+
+/// The first value of `buf` checked as Go's scanner does and, when it is an object, its members
+/// as [`object_members`] gives them: one pass for the common case, else the scanner and the walk.
+/// `Err` is the scanner's error; `Ok(None)`: valid, but not an object.
+pub fn scan_object_members(buf: &[u8]) -> Result<Option<RawMembers<'_>>, SyntaxError> {
+    if let Some(members) = Checked::new(buf).raw_members() {
+        return Ok(Some(members));
+    }
+    let range = scan_value(buf)?;
+    Ok(object_members_walked(&buf[range]))
+}
+
+fn object_members_walked(raw: &[u8]) -> Option<RawMembers<'_>> {
     let mut p = RawWalker { buf: raw, pos: 0 };
     p.ws();
     if p.peek()? != b'{' {
@@ -1426,7 +1542,39 @@ mod tests {
         Ok(())
     }
 
+    /// [`scan_object_members`] against the scanner and the walk.
+    fn members_as_walked(buf: &[u8]) -> Result<(), proptest::test_runner::TestCaseError> {
+        let walked = scan_value(buf).map(|r| object_members_walked(&buf[r]));
+        proptest::prop_assert_eq!(scan_object_members(buf), walked);
+        Ok(())
+    }
+
     proptest::proptest! {
+        #[test]
+        fn one_pass_members_match_the_walk(v in json_text(), esc in "(\\\\[\"\\\\/bfnrt]|\\\\u[0-9a-fA-F]{4}|\\\\x|[a-z]){0,3}") {
+            let body = format!("{{\"jsonrpc\":\"2.0\",\"result\":{v},\"s\":\"{esc}\",\"id\":7}}\n");
+            let checked = Checked::new(body.as_bytes()).raw_members();
+            proptest::prop_assert!(checked.is_some() || esc.contains("\\x"), "gave up on {}", body);
+            members_as_walked(body.as_bytes())?;
+        }
+
+        #[test]
+        fn one_pass_members_never_accept_what_the_scanner_refuses(
+            v in json_text(),
+            at in 0usize..64,
+            junk in proptest::sample::select(b"{}[]:,\"\\ \x01-+.eE0123456789tfnulxu".to_vec()),
+            delete in proptest::bool::ANY,
+        ) {
+            let mut body = format!("{{\"result\":{v},\"s\":\"a\\\\u00e9\",\"id\":1}}").into_bytes();
+            let at = at % body.len();
+            if delete {
+                body.remove(at);
+            } else {
+                body.insert(at, junk);
+            }
+            members_as_walked(&body)?;
+        }
+
         #[test]
         fn checked_path_builds_what_the_scanner_builds(v in json_text(), ws in "[ \t\r\n]{0,2}") {
             let body = format!("{ws}{{\"id\":{v}}}{ws}trailing");

@@ -5,13 +5,13 @@
 use bytes::Bytes;
 
 use crate::call::AnswerKind;
-use crate::jsonrpc::gojson::{object_members, scan_value};
+use crate::jsonrpc::gojson::scan_object_members;
 
 /// Splits a node's answer body into its kind and raw payload, checking it answers `expected_id`.
 pub fn check(body: &Bytes, expected_id: u64) -> Result<(AnswerKind, Bytes), String> {
-    let range = scan_value(body).map_err(|e| format!("not JSON: {e}"))?;
-    let raw = &body[range.clone()];
-    let members = object_members(raw).ok_or("not a JSON object")?;
+    let members = scan_object_members(body)
+        .map_err(|e| format!("not JSON: {e}"))?
+        .ok_or("not a JSON object")?;
     let mut version_ok = false;
     let mut id_ok = false;
     let mut payload: Option<(AnswerKind, &[u8])> = None;

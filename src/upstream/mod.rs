@@ -1,7 +1,7 @@
 //! The upstream pool: the configured nodes, their health, and forwarding a call to one of them.
 //!
-//! * One keep-alive HTTP/1.1 connection pool per node (hyper-util's client) with connect and
-//!   per-attempt timeouts.
+//! * [`conn`]: keep-alive HTTP/1.1 connections to each node (hyper's connection-level client),
+//!   with connect and per-attempt timeouts.
 //! * [`health`]: active checks every `[health] interval` plus passive signals from real requests,
 //!   with hysteresis; a node more than `max_lag_blocks` behind the best height takes no traffic.
 //! * [`balance`]: power of two choices over peak-EWMA latency times requests in flight.
@@ -12,6 +12,7 @@
 
 pub mod answer;
 pub mod balance;
+pub mod conn;
 pub mod health;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -19,11 +20,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{header, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full, Limited};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use http::{StatusCode, Uri};
+use http_body_util::{BodyExt, Limited};
 use parking_lot::Mutex;
 use serde::Serialize;
 
@@ -105,8 +103,7 @@ impl AttemptError {
 pub struct Upstream {
     /// The configured name.
     pub name: Arc<str>,
-    authority: http::uri::Authority,
-    client: Client<HttpConnector, Full<Bytes>>,
+    connections: conn::Connections,
     state: Mutex<HealthState>,
     ewma: Mutex<PeakEwma>,
     /// Requests waiting for or holding a slot on this node, with their start times.
@@ -160,17 +157,15 @@ impl Upstream {
         metrics: &Metrics,
     ) -> Result<Upstream, String> {
         let authority = parse_base_url(&config.url)?;
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(forward.connect_timeout));
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(60))
-            .pool_max_idle_per_host(forward.pool_max_idle)
-            .build(connector);
+        let connections = conn::Connections::new(
+            &authority,
+            forward.connect_timeout,
+            forward.pool_max_idle,
+            Duration::from_secs(60),
+        )?;
         Ok(Upstream {
             name: config.name.as_str().into(),
-            authority,
-            client,
+            connections,
             state: Mutex::new(HealthState::default()),
             ewma: Mutex::new(PeakEwma::new(Instant::now())),
             pending: Mutex::new(Pending::default()),
@@ -188,24 +183,15 @@ impl Upstream {
         timeout: Duration,
         max_bytes: usize,
     ) -> Result<Bytes, AttemptError> {
-        let uri = Uri::builder()
-            .scheme("http")
-            .authority(self.authority.clone())
-            .path_and_query(path)
-            .build()
-            .map_err(|e| AttemptError::Connect(e.to_string()))?;
-        let request = Request::post(uri)
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| AttemptError::Connect(e.to_string()))?;
         let exchange = async {
-            let response = self.client.request(request).await.map_err(|e| {
-                if e.is_connect() {
-                    AttemptError::Connect(error_chain(&e))
-                } else {
-                    AttemptError::Transport(error_chain(&e))
-                }
-            })?;
+            let (response, lease) = self
+                .connections
+                .post(path, Bytes::from(body))
+                .await
+                .map_err(|e| match e {
+                    conn::SendError::Connect(d) => AttemptError::Connect(d),
+                    conn::SendError::Transport(d) => AttemptError::Transport(d),
+                })?;
             let status = response.status();
             let body = Limited::new(response.into_body(), max_bytes)
                 .collect()
@@ -218,6 +204,8 @@ impl Upstream {
                     }
                 })?
                 .to_bytes();
+            // Read in full: the connection can take the next request.
+            self.connections.release(lease);
             if status != StatusCode::OK {
                 let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
                 return Err(AttemptError::Status(status, text));
@@ -306,17 +294,6 @@ impl<F: FnOnce()> Drop for OnDrop<F> {
 
 fn scopeguard<F: FnOnce()>(f: F) -> OnDrop<F> {
     OnDrop(Some(f))
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(inner) = cur {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        cur = inner.source();
-    }
-    s
 }
 
 /// The state of one upstream as `/ext/health` shows it.
