@@ -246,11 +246,13 @@ fn http_service(
         async move {
             let started = tracing::enabled!(tracing::Level::DEBUG).then(Instant::now);
             let mut response = if compress {
-                let Ok(r) = gzip.layer(handler).oneshot(req).await;
-                r.map(http_body_util::Either::Right)
+                let r = gzip.layer(handler).oneshot(req).await;
+                r.unwrap_or_else(|never| match never {})
+                    .map(http_body_util::Either::Right)
             } else {
-                let Ok(r) = handler.oneshot(req).await;
-                r.map(http_body_util::Either::Left)
+                let r = handler.oneshot(req).await;
+                r.unwrap_or_else(|never| match never {})
+                    .map(http_body_util::Either::Left)
             };
             response.headers_mut().insert(X_REQUEST_ID, id);
             if let Some(started) = started {
