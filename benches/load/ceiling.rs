@@ -31,42 +31,10 @@ pub fn answer(size: usize) -> Bytes {
 
 /// Serves `answer(size)` on `127.0.0.1:port` until killed.
 pub fn run(port: u16, size: usize) -> Result<(), String> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    runtime.block_on(async move {
-        let listener = TcpListener::bind(("127.0.0.1", port))
-            .await
-            .map_err(|e| e.to_string())?;
-        let body = answer(size);
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            let _ = stream.set_nodelay(true);
-            let body = body.clone();
-            tokio::spawn(async move {
-                let service = service_fn(move |req: Request<Incoming>| {
-                    let body = body.clone();
-                    async move {
-                        // Read the body as any server must before answering on a kept-alive
-                        // connection.
-                        let _ = req.into_body().collect().await;
-                        let mut r = Response::new(Full::new(body));
-                        r.headers_mut().insert(
-                            header::CONTENT_TYPE,
-                            HeaderValue::from_static("application/json"),
-                        );
-                        Ok::<_, Infallible>(r)
-                    }
-                });
-                let _ = http1::Builder::new()
-                    .keep_alive(true)
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
+    let body = answer(size);
+    serve(port, move |_request| {
+        let body = body.clone();
+        async move { body }
     })
 }
 
@@ -89,6 +57,30 @@ pub fn run_bare_proxy(port: u16, node: &str) -> Result<(), String> {
         256,
         Duration::from_secs(60),
     )?);
+    serve(port, move |request| {
+        let connections = connections.clone();
+        async move {
+            // Every contestant's requests go to the P-chain path.
+            match connections.post("/ext/bc/P", request).await {
+                Ok((response, lease)) => {
+                    let answer = response.into_body().collect().await;
+                    connections.release(lease);
+                    answer.map(|b| b.to_bytes()).unwrap_or_default()
+                }
+                Err(_) => Bytes::new(),
+            }
+        }
+    })
+}
+
+/// The accept loop both roles share: hyper's HTTP/1.1 server with keep-alive on
+/// `127.0.0.1:port`, each request's body read in full (as any server must before answering on a
+/// kept-alive connection) and answered with what `handle` makes of it, as JSON, until killed.
+fn serve<F, Fut>(port: u16, handle: F) -> Result<(), String>
+where
+    F: Fn(Bytes) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Bytes> + Send + 'static,
+{
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -102,27 +94,18 @@ pub fn run_bare_proxy(port: u16, node: &str) -> Result<(), String> {
                 continue;
             };
             let _ = stream.set_nodelay(true);
-            let connections = connections.clone();
+            let handle = handle.clone();
             tokio::spawn(async move {
                 let service = service_fn(move |req: Request<Incoming>| {
-                    let connections = connections.clone();
+                    let handle = handle.clone();
                     async move {
-                        let body = req
+                        let request = req
                             .into_body()
                             .collect()
                             .await
                             .map(|b| b.to_bytes())
                             .unwrap_or_default();
-                        // Every contestant's requests go to the P-chain path.
-                        let answer = match connections.post("/ext/bc/P", body).await {
-                            Ok((response, lease)) => {
-                                let answer = response.into_body().collect().await;
-                                connections.release(lease);
-                                answer.map(|b| b.to_bytes()).unwrap_or_default()
-                            }
-                            Err(_) => Bytes::new(),
-                        };
-                        let mut r = Response::new(Full::new(answer));
+                        let mut r = Response::new(Full::new(handle(request).await));
                         r.headers_mut().insert(
                             header::CONTENT_TYPE,
                             HeaderValue::from_static("application/json"),

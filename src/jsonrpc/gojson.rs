@@ -1542,6 +1542,18 @@ mod tests {
         Ok(())
     }
 
+    /// `body` with one byte deleted at `at`, or `junk` inserted there.
+    fn corrupt(body: String, at: usize, junk: u8, delete: bool) -> Vec<u8> {
+        let mut body = body.into_bytes();
+        let at = at % body.len();
+        if delete {
+            body.remove(at);
+        } else {
+            body.insert(at, junk);
+        }
+        body
+    }
+
     /// [`scan_object_members`] against the scanner and the walk.
     fn members_as_walked(buf: &[u8]) -> Result<(), proptest::test_runner::TestCaseError> {
         let walked = scan_value(buf).map(|r| object_members_walked(&buf[r]));
@@ -1565,14 +1577,8 @@ mod tests {
             junk in proptest::sample::select(b"{}[]:,\"\\ \x01-+.eE0123456789tfnulxu".to_vec()),
             delete in proptest::bool::ANY,
         ) {
-            let mut body = format!("{{\"result\":{v},\"s\":\"a\\\\u00e9\",\"id\":1}}").into_bytes();
-            let at = at % body.len();
-            if delete {
-                body.remove(at);
-            } else {
-                body.insert(at, junk);
-            }
-            members_as_walked(&body)?;
+            let body = format!("{{\"result\":{v},\"s\":\"a\\\\u00e9\",\"id\":1}}");
+            members_as_walked(&corrupt(body, at, junk, delete))?;
         }
 
         #[test]
@@ -1589,14 +1595,8 @@ mod tests {
             junk in proptest::sample::select(b"{}[]:,\"\\ \x01-+.eE0123456789tfnulx".to_vec()),
             delete in proptest::bool::ANY,
         ) {
-            let mut body = format!("{{\"id\":{v}}}").into_bytes();
-            let at = at % body.len();
-            if delete {
-                body.remove(at);
-            } else {
-                body.insert(at, junk);
-            }
-            same_as_scanned(&body)?;
+            let body = format!("{{\"id\":{v}}}");
+            same_as_scanned(&corrupt(body, at, junk, delete))?;
         }
 
         #[test]
