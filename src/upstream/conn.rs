@@ -75,7 +75,7 @@ impl Connections {
         path: &'static str,
         body: Bytes,
     ) -> Result<(Response<Incoming>, Lease), SendError> {
-        let mut request = self.request(path, body);
+        let mut request = self.request(path, body)?;
         // Reused connections first; a request one of them turns away unsent moves on to the next,
         // and finally to a new connection.
         while let Some(mut sender) = self.checkout().await {
@@ -107,17 +107,20 @@ impl Connections {
         }
     }
 
-    fn request(&self, path: &'static str, body: Bytes) -> Request<Full<Bytes>> {
+    fn request(&self, path: &'static str, body: Bytes) -> Result<Request<Full<Bytes>>, SendError> {
+        // Parsed without a copy, and without `Uri::from_static`'s panic on a bad path.
+        let uri = http::Uri::from_maybe_shared(Bytes::from_static(path.as_bytes()))
+            .map_err(|e| SendError::Connect(format!("request path {path:?}: {e}")))?;
         let mut request = Request::new(Full::new(body));
         *request.method_mut() = http::Method::POST;
-        *request.uri_mut() = http::Uri::from_static(path);
+        *request.uri_mut() = uri;
         let headers = request.headers_mut();
         headers.insert(header::HOST, self.host.clone());
         headers.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        request
+        Ok(request)
     }
 
     /// The newest idle connection that is still open and ready.
