@@ -95,11 +95,22 @@ impl Connections {
     }
 
     /// Returns a connection whose exchange is complete to the idle list.
+    ///
+    /// The list is oldest first (each release appends the newest, taking the time under the lock;
+    /// checkouts pop from the end), so the expired connections are a prefix, cut without a scan.
+    /// Closed ones are swept only when the list is full; a checkout skips any it meets.
     pub fn release(&self, lease: Lease) {
-        let now = Instant::now();
+        if lease.0.is_closed() {
+            return;
+        }
         let mut idle = self.idle.lock();
-        idle.retain(|c| now.duration_since(c.since) < self.idle_timeout && !c.sender.is_closed());
-        if idle.len() < self.max_idle && !lease.0.is_closed() {
+        let now = Instant::now();
+        let expired = idle.partition_point(|c| now.duration_since(c.since) >= self.idle_timeout);
+        idle.drain(..expired);
+        if idle.len() >= self.max_idle {
+            idle.retain(|c| !c.sender.is_closed());
+        }
+        if idle.len() < self.max_idle {
             idle.push(Idle {
                 sender: lease.0,
                 since: now,
@@ -163,7 +174,7 @@ impl Connections {
 }
 
 /// An error with its sources, `outer: inner: ...`.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
+fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(inner) = cur {
