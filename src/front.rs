@@ -367,18 +367,22 @@ impl Front {
                 .find_map(|kv| kv.strip_prefix("method="))
                 .map(str::to_string)
         });
-        if let Some(m) = &method {
-            if self.registry.get(m).is_none() {
-                return text(StatusCode::BAD_REQUEST, format!("unknown method {m:?}\n"));
-            }
-        }
+        let index = match &method {
+            None => None,
+            Some(m) => match self.registry.get(m) {
+                Some(spec) => Some(spec.index),
+                None => {
+                    return text(StatusCode::BAD_REQUEST, format!("unknown method {m:?}\n"));
+                }
+            },
+        };
         let Some(cache) = &self.cache else {
             return json(
                 StatusCode::OK,
                 "{\"purged\":false,\"reason\":\"cache disabled\"}\n",
             );
         };
-        match cache.purge(method.as_deref()).await {
+        match cache.purge(index).await {
             Ok(()) => {
                 tracing::info!(method = method.as_deref().unwrap_or("*"), "cache purged");
                 let scope = method.unwrap_or_else(|| "*".into());

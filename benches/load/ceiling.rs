@@ -59,16 +59,13 @@ pub fn run_bare_proxy(port: u16, node: &str) -> Result<(), String> {
     )?);
     serve(port, move |request| {
         let connections = connections.clone();
+        // Every contestant's requests go to the P-chain path.
         async move {
-            // Every contestant's requests go to the P-chain path.
-            match connections.post("/ext/bc/P", request).await {
-                Ok((response, lease)) => {
-                    let answer = response.into_body().collect().await;
-                    connections.release(lease);
-                    answer.map(|b| b.to_bytes()).unwrap_or_default()
-                }
-                Err(_) => Bytes::new(),
-            }
+            connections
+                .post("/ext/bc/P", &request, 16 * 1024 * 1024)
+                .await
+                .map(|reply| reply.body)
+                .unwrap_or_default()
         }
     })
 }

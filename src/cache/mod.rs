@@ -12,11 +12,18 @@
 //!
 //! Memory is bounded in bytes: a weigher charges each entry its key, its answer and a fixed
 //! overhead against `[cache] max_bytes`.
+//!
+//! Layout, for a hit that stays cheap however many entries the cache holds (every pointer a hit
+//! follows into a large cache is a cache-line miss to main memory): moka's key is a 64-bit keyed
+//! hash of the canonical key, held inline, and the canonical key itself sits in the same
+//! allocation as the answer, right before it, where it is compared on every hit. Two keys that
+//! share a hash therefore never share an answer; the later one is simply not cached.
 
 pub mod key;
 pub mod rules;
 
 use std::future::Future;
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -72,21 +79,103 @@ impl Default for CacheConfig {
 /// key, the value struct).
 const ENTRY_OVERHEAD: usize = 160;
 
-/// A stored answer.
+/// A stored answer: the canonical key and the answer's bytes in one allocation (`data`), with what
+/// moka keeps inline beside it.
 #[derive(Clone)]
 struct Entry {
+    /// The canonical key, then the answer (the raw `result` or `error`).
+    data: Arc<[u8]>,
+    key_len: usize,
     kind: AnswerKind,
-    payload: Bytes,
+    /// The method's index in the registry (for purging one method).
+    method: usize,
     /// `None` = until evicted.
     ttl: Option<Duration>,
 }
 
+impl Entry {
+    fn new(
+        key: &str,
+        kind: AnswerKind,
+        payload: &[u8],
+        method: usize,
+        ttl: Option<Duration>,
+    ) -> Entry {
+        let mut data = Vec::with_capacity(key.len() + payload.len());
+        data.extend_from_slice(key.as_bytes());
+        data.extend_from_slice(payload);
+        Entry {
+            data: data.into(),
+            key_len: key.len(),
+            kind,
+            method,
+            ttl,
+        }
+    }
+
+    fn is_for(&self, key: &str) -> bool {
+        self.data.get(..self.key_len) == Some(key.as_bytes())
+    }
+
+    /// The answer, shared with the entry (no copy).
+    fn payload(&self) -> Bytes {
+        Bytes::from_owner(Tail {
+            data: self.data.clone(),
+            from: self.key_len,
+        })
+    }
+}
+
+/// The answer part of an entry's allocation, as the owner of a [`Bytes`].
+struct Tail {
+    data: Arc<[u8]>,
+    from: usize,
+}
+
+impl AsRef<[u8]> for Tail {
+    fn as_ref(&self) -> &[u8] {
+        self.data.get(self.from..).unwrap_or_default()
+    }
+}
+
+/// moka's key: a keyed hash of the canonical key (SipHash-1-3 with a per-process random key, so
+/// callers cannot aim two keys at one slot).
+type Fingerprint = u64;
+
+/// Hands moka the fingerprint as its hash: it is already uniformly spread.
+#[derive(Clone, Default)]
+struct PassThrough;
+
+impl BuildHasher for PassThrough {
+    type Hasher = PassThroughHasher;
+    fn build_hasher(&self) -> PassThroughHasher {
+        PassThroughHasher(0)
+    }
+}
+
+struct PassThroughHasher(u64);
+
+impl Hasher for PassThroughHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u64` is used (a `u64` key hashes itself with it); this is for completeness.
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
 struct ClassExpiry;
 
-impl moka::Expiry<Arc<str>, Entry> for ClassExpiry {
+impl moka::Expiry<Fingerprint, Entry> for ClassExpiry {
     fn expire_after_create(
         &self,
-        _key: &Arc<str>,
+        _key: &Fingerprint,
         value: &Entry,
         _now: Instant,
     ) -> Option<Duration> {
@@ -162,7 +251,9 @@ impl CacheMetrics {
 
 /// The shared cache state (one per gateway).
 pub struct AnswerCache {
-    store: Moka<Arc<str>, Entry>,
+    store: Moka<Fingerprint, Entry, PassThrough>,
+    /// The fingerprint's keyed hash.
+    hasher: RandomState,
     ttls: Ttls,
     pool: Arc<Pool>,
     metrics: CacheMetrics,
@@ -181,8 +272,8 @@ impl AnswerCache {
         let evictions = metrics.evictions.clone();
         let store = Moka::builder()
             .max_capacity(config.max_bytes)
-            .weigher(|k: &Arc<str>, v: &Entry| -> u32 {
-                u32::try_from(k.len() + v.payload.len() + ENTRY_OVERHEAD).unwrap_or(u32::MAX)
+            .weigher(|_: &Fingerprint, v: &Entry| -> u32 {
+                u32::try_from(v.data.len() + ENTRY_OVERHEAD).unwrap_or(u32::MAX)
             })
             .expire_after(ClassExpiry)
             .eviction_listener(move |_k, _v, cause| {
@@ -191,9 +282,10 @@ impl AnswerCache {
                 }
             })
             .support_invalidation_closures()
-            .build();
+            .build_with_hasher(PassThrough);
         Arc::new(AnswerCache {
             store,
+            hasher: RandomState::new(),
             ttls: Ttls {
                 head: config.head_ttl,
                 network: config.network_ttl,
@@ -204,15 +296,14 @@ impl AnswerCache {
         })
     }
 
-    /// Drops every entry, or those of one method. Returns immediately; removal is done when the
-    /// next maintenance runs (forced here, so a purge is visible at once).
-    pub async fn purge(&self, method: Option<&str>) -> Result<(), String> {
+    /// Drops every entry, or those of one method (by its index in the registry). Removal is done
+    /// when the next maintenance runs (forced here, so a purge is visible at once).
+    pub async fn purge(&self, method: Option<usize>) -> Result<(), String> {
         match method {
             None => self.store.invalidate_all(),
             Some(m) => {
-                let prefix: Arc<str> = format!("{m}\u{0}").into();
                 self.store
-                    .invalidate_entries_if(move |k, _| k.starts_with(&*prefix))
+                    .invalidate_entries_if(move |_, v| v.method == m)
                     .map_err(|e| e.to_string())?;
             }
         }
@@ -253,7 +344,12 @@ impl AnswerCache {
             return false;
         }
         let head = (call.spec.cache == CacheClass::Head).then(|| self.pool.best_height());
-        self.store.contains_key(self.key(call, head).as_str())
+        self.store
+            .contains_key(&self.fingerprint(&self.key(call, head)))
+    }
+
+    fn fingerprint(&self, key: &str) -> Fingerprint {
+        self.hasher.hash_one(key)
     }
 
     fn count(&self, call: &RpcCall, result: &str) {
@@ -339,11 +435,17 @@ where
                 call.route_min_height = Some(h);
             }
             let key = cache.key(&call, head);
-            if let Some(e) = cache.store.get(key.as_str()).await {
+            let fingerprint = cache.fingerprint(&key);
+            if let Some(e) = cache
+                .store
+                .get(&fingerprint)
+                .await
+                .filter(|e| e.is_for(&key))
+            {
                 cache.count(&call, "hit");
                 return Ok(Answer {
                     kind: e.kind,
-                    payload: e.payload,
+                    payload: e.payload(),
                     upstream: None,
                     upstream_height: None,
                     cache: CacheStatus::Hit,
@@ -351,9 +453,12 @@ where
             }
             cache.count(&call, "miss");
             let ran = Arc::new(AtomicBool::new(false));
+            // Kept for the one case where the entry found is another key's (a shared fingerprint).
+            let fallback = (inner.clone(), call.clone());
             let init = {
                 let ran = ran.clone();
                 let cache = cache.clone();
+                let key = key.as_str();
                 async move {
                     ran.store(true, Ordering::Relaxed);
                     let answer = inner
@@ -366,18 +471,20 @@ where
                         None => true,
                     };
                     match ttl {
-                        Some(ttl) if fresh_enough => Ok(Entry {
-                            kind: answer.kind,
-                            payload: answer.payload,
+                        Some(ttl) if fresh_enough => Ok(Entry::new(
+                            key,
+                            answer.kind,
+                            &answer.payload,
+                            call.spec.index,
                             ttl,
-                        }),
+                        )),
                         _ => Err(NotStored::Answer(answer)),
                     }
                 }
             };
             let result = cache
                 .store
-                .entry(Arc::<str>::from(key))
+                .entry(fingerprint)
                 .or_try_insert_with(init)
                 .await;
             if !ran.load(Ordering::Relaxed) {
@@ -385,11 +492,17 @@ where
             }
             cache.refresh_gauges();
             match result {
+                Ok(entry) if !entry.value().is_for(&key) => {
+                    let (inner, call) = fallback;
+                    let mut answer = inner.oneshot(call).await?;
+                    answer.cache = CacheStatus::Miss;
+                    Ok(answer)
+                }
                 Ok(entry) => {
                     let e = entry.into_value();
                     Ok(Answer {
                         kind: e.kind,
-                        payload: e.payload,
+                        payload: e.payload(),
                         upstream: None,
                         upstream_height: None,
                         cache: CacheStatus::Miss,
@@ -405,5 +518,32 @@ where
                 },
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_answers_only_for_its_own_key() {
+        let e = Entry::new(
+            "platform.getTx\u{0}{\"txID\":\"a\"}",
+            AnswerKind::Result,
+            b"{\"tx\":\"0x00\"}",
+            3,
+            None,
+        );
+        assert!(e.is_for("platform.getTx\u{0}{\"txID\":\"a\"}"));
+        // Same length, one letter apart; a prefix; a longer key.
+        assert!(!e.is_for("platform.getTx\u{0}{\"txID\":\"b\"}"));
+        assert!(!e.is_for("platform.getTx"));
+        assert!(!e.is_for("platform.getTx\u{0}{\"txID\":\"a\"}\u{0}@5"));
+        assert_eq!(&e.payload()[..], b"{\"tx\":\"0x00\"}");
+    }
+
+    #[test]
+    fn moka_gets_the_fingerprint_as_its_hash() {
+        assert_eq!(PassThrough.hash_one(0xdead_beef_u64), 0xdead_beef);
     }
 }

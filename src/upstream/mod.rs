@@ -1,6 +1,6 @@
 //! The upstream pool: the configured nodes, their health, and forwarding a call to one of them.
 //!
-//! * [`conn`]: keep-alive HTTP/1.1 connections to each node (hyper's connection-level client),
+//! * [`conn`]: keep-alive HTTP/1.1 connections to each node (a small client of its own),
 //!   with connect and per-attempt timeouts.
 //! * [`health`]: active checks every `[health] interval` plus passive signals from real requests,
 //!   with hysteresis; a node more than `max_lag_blocks` behind the best height takes no traffic.
@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{StatusCode, Uri};
-use http_body_util::{BodyExt, Limited};
 use parking_lot::Mutex;
 use serde::Serialize;
 
@@ -184,33 +183,23 @@ impl Upstream {
         max_bytes: usize,
     ) -> Result<Bytes, AttemptError> {
         let exchange = async {
-            let (response, lease) = self
+            let reply = self
                 .connections
-                .post(path, Bytes::from(body))
+                .post(path, &body, max_bytes)
                 .await
                 .map_err(|e| match e {
                     conn::SendError::Connect(d) => AttemptError::Connect(d),
                     conn::SendError::Transport(d) => AttemptError::Transport(d),
-                })?;
-            let status = response.status();
-            let body = Limited::new(response.into_body(), max_bytes)
-                .collect()
-                .await
-                .map_err(|e| {
-                    if e.is::<http_body_util::LengthLimitError>() {
-                        AttemptError::Garbage(format!("answer larger than {max_bytes} bytes"))
-                    } else {
-                        AttemptError::Transport(e.to_string())
+                    conn::SendError::TooLarge(n) => {
+                        AttemptError::Garbage(format!("answer larger than {n} bytes"))
                     }
-                })?
-                .to_bytes();
-            // Read in full: the connection can take the next request.
-            self.connections.release(lease);
-            if status != StatusCode::OK {
-                let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
-                return Err(AttemptError::Status(status, text));
+                })?;
+            if reply.status != StatusCode::OK {
+                let shown = &reply.body[..reply.body.len().min(200)];
+                let text = String::from_utf8_lossy(shown).into_owned();
+                return Err(AttemptError::Status(reply.status, text));
             }
-            Ok(body)
+            Ok(reply.body)
         };
         match tokio::time::timeout(timeout, exchange).await {
             Ok(r) => r,
