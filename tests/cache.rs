@@ -411,6 +411,27 @@ async fn admins_can_purge_and_the_cache_can_be_turned_off() {
         x_cache(&p(&c, "platform.getBlockByHeight", r#"{"height":10}"#).await),
         "MISS"
     );
+    // Another method's purge leaves it; a purge of everything does not.
+    let purge_with = |query: &'static str| {
+        client()
+            .post(format!("{purge}{query}"))
+            .header("authorization", format!("Bearer {ADMIN_KEY}"))
+            .send()
+    };
+    assert_eq!(
+        purge_with("?method=platform.getTx").await.unwrap().status(),
+        200
+    );
+    assert_eq!(
+        x_cache(&p(&c, "platform.getBlockByHeight", r#"{"height":10}"#).await),
+        "HIT"
+    );
+    assert_eq!(purge_with("").await.unwrap().status(), 200);
+    assert_eq!(
+        x_cache(&p(&c, "platform.getBlockByHeight", r#"{"height":10}"#).await),
+        "MISS"
+    );
+    assert_eq!(calls(&c, "platform.getBlockByHeight"), 3);
     c.gateway.shutdown().await;
 
     let c = Cluster::start(1, Duration::from_secs(60), |cfg| cfg.cache.enabled = false).await;
@@ -449,9 +470,13 @@ async fn a_churn_of_distinct_keys_stays_within_max_bytes() {
         "the churn must exceed the bound: {total_bytes}"
     );
     let cache = c.gateway.cache().unwrap();
-    let (entries, bytes) = cache.usage().await;
+    let usage = cache.usage().await;
+    let (entries, bytes) = (usage.entries, usage.bytes);
     assert!(bytes <= max, "{bytes} > {max}");
     assert!(entries > 100, "{entries}");
+    // The read index follows moka: nothing evicted stays listed (every entry here is immutable).
+    assert!(usage.indexed <= entries, "{usage:?}");
+    assert!(usage.indexed > 100, "{usage:?}");
     let m = String::from_utf8(c.gateway.metrics().render()).unwrap();
     assert!(m.contains("snowgate_cache_evictions_total"), "{m}");
     assert!(
