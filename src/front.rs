@@ -238,6 +238,10 @@ impl Front {
                 | "/ext/health/readiness"
                 | "/ext/health/liveness" => self.health(req.method()),
                 "/metrics" if req.method() == Method::GET => {
+                    // moka counts its entries at maintenance: bring the cache's gauges up to date.
+                    if let Some(cache) = &self.cache {
+                        cache.usage().await;
+                    }
                     let mut r = text(StatusCode::OK, self.metrics.render());
                     r.headers_mut().insert(
                         header::CONTENT_TYPE,

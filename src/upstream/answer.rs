@@ -48,10 +48,20 @@ pub fn check(body: &Bytes, expected_id: u64) -> Result<(AnswerKind, Bytes), Stri
         return Err("wrong id".into());
     }
     let (kind, value) = payload.ok_or("neither result nor error")?;
-    // Copied, not sliced out of `body`: a slice would keep the whole buffer hyper read the answer
-    // into (often many times the payload) alive for as long as the cache holds the payload, so
-    // the cache's byte bound would not bound memory. One memcpy of the payload is cheap.
-    Ok((kind, Bytes::copy_from_slice(value)))
+    // Sliced, not copied: the slice keeps the buffer the answer was read into alive only until
+    // the client has its answer; the cache copies what it keeps into an allocation of its own
+    // (so its byte bound bounds memory).
+    Ok((kind, share(body, value)))
+}
+
+/// `part` as a slice of `body` when it lies inside it (it does: the scanner returns sub-slices),
+/// else a copy; never `Bytes::slice_ref`'s panic.
+fn share(body: &Bytes, part: &[u8]) -> Bytes {
+    let start = (part.as_ptr() as usize).wrapping_sub(body.as_ptr() as usize);
+    match start.checked_add(part.len()) {
+        Some(end) if end <= body.len() => body.slice(start..end),
+        _ => Bytes::copy_from_slice(part),
+    }
 }
 
 /// The message of a JSON-RPC error payload (for "not found" detection and logs).
@@ -63,6 +73,18 @@ pub fn error_message(payload: &[u8]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_payload_inside_the_body_is_shared_and_any_other_is_copied() {
+        let body = Bytes::from_static(b"{\"result\":{\"a\":1}}");
+        let inside = share(&body, &body[10..17]);
+        assert_eq!(&inside[..], b"{\"a\":1}");
+        assert_eq!(inside.as_ptr(), body[10..].as_ptr());
+        let elsewhere = b"{\"a\":1}".to_vec();
+        let copied = share(&body, &elsewhere);
+        assert_eq!(&copied[..], b"{\"a\":1}");
+        assert_ne!(copied.as_ptr(), elsewhere.as_ptr());
+    }
 
     #[test]
     fn good_answers_split() {
