@@ -6,9 +6,11 @@
 //! 2. [`jsonrpc`] reads the envelope with a node's rules and refuses what a node could read
 //!    differently; the client's id is kept as raw bytes.
 //! 3. [`policy`] and [`methods`] decide whether the caller may call the method at that path.
-//! 4. (later) rate limits and the cache.
+//! 4. [`ratelimit`] charges the caller's quota; [`cache`] answers hits from memory (moka, with a
+//!    read index for immutable answers) and collapses identical misses into one upstream call.
 //! 5. [`upstream`] picks a healthy node (health checks, power of two choices over peak-EWMA),
-//!    re-encodes the call with its own id, forwards it and checks the answer.
+//!    re-encodes the call with its own id, sends it over its own keep-alive HTTP/1.1 client and
+//!    checks the answer.
 //!
 //! [`devnode`] is the simulated avalanchego that tests, benchmarks and the demo run against.
 
