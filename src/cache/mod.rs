@@ -522,7 +522,7 @@ where
         }
         // The polled-ready instance serves this call; a fresh clone takes its place.
         let inner = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, inner);
+        let mut inner = std::mem::replace(&mut self.inner, inner);
         Box::pin(async move {
             let head = (call.spec.cache == CacheClass::Head).then(|| cache.pool.best_height());
             if let Some(h) = head {
@@ -547,19 +547,20 @@ where
             }
             cache.count(&call, "miss");
             let ran = Arc::new(AtomicBool::new(false));
-            // Kept for the one case where the entry found is another key's (a shared fingerprint).
-            let fallback = (inner.clone(), call.clone());
             let init = {
                 let ran = ran.clone();
                 let cache = cache.clone();
                 let key = key.as_str();
+                // Borrowed: both stay here for the one case where the entry found is another
+                // key's (a shared fingerprint).
+                let (inner, call) = (&mut inner, &call);
                 async move {
                     ran.store(true, Ordering::Relaxed);
                     let answer = inner
                         .oneshot(call.clone())
                         .await
                         .map_err(NotStored::Failed)?;
-                    let ttl = rules::lifetime(&call, answer.kind, &answer.payload, &cache.ttls);
+                    let ttl = rules::lifetime(call, answer.kind, &answer.payload, &cache.ttls);
                     let fresh_enough = match head {
                         Some(h) => answer.upstream_height.is_some_and(|uh| uh >= h),
                         None => true,
@@ -594,7 +595,6 @@ where
             cache.refresh_gauges();
             match result {
                 Ok(entry) if !entry.value().is_for(&key) => {
-                    let (inner, call) = fallback;
                     let mut answer = inner.oneshot(call).await?;
                     answer.cache = CacheStatus::Miss;
                     Ok(answer)
