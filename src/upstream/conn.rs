@@ -142,14 +142,14 @@ impl Connections {
                 "request path {path:?} is not valid"
             )));
         }
-        let mut digits = [0u8; 20];
+        let mut length = itoa::Buffer::new();
         let mut out = Vec::with_capacity(96 + path.len() + self.host.len() + body.len());
         out.extend_from_slice(b"POST ");
         out.extend_from_slice(path.as_bytes());
         out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
         out.extend_from_slice(self.host.as_bytes());
         out.extend_from_slice(b"\r\ncontent-type: application/json\r\ncontent-length: ");
-        out.extend_from_slice(decimal(body.len(), &mut digits));
+        out.extend_from_slice(length.format(body.len()).as_bytes());
         out.extend_from_slice(b"\r\n\r\n");
         out.extend_from_slice(body);
         Ok(out)
@@ -200,19 +200,6 @@ impl Connections {
             buf: BytesMut::new(),
             reused: false,
         })
-    }
-}
-
-/// `n` in decimal, written at the end of `digits` (no allocation).
-fn decimal(mut n: usize, digits: &mut [u8; 20]) -> &[u8] {
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &digits[at..];
-        }
     }
 }
 
@@ -550,12 +537,5 @@ mod tests {
             parse_head(b"HTTP/1.1 200 OK\r\nContent-"),
             Ok(None)
         ));
-    }
-
-    #[test]
-    fn lengths_are_written_in_decimal() {
-        for n in [0usize, 7, 10, 1234, usize::MAX] {
-            assert_eq!(decimal(n, &mut [0; 20]), n.to_string().as_bytes());
-        }
     }
 }
