@@ -4,19 +4,25 @@
 //!
 //! Connection limits (`[limits]`):
 //! * `max_connections`: past it, a new connection is answered 503 at once and closed;
-//! * `header_timeout`: an HTTP/1.1 client has this long to send a request's headers (hyper's
-//!   header-read timer, which also runs while a keep-alive connection waits for its next request);
+//! * `header_timeout`: an HTTP/1.1 client has this long to send a request's headers, counted from
+//!   the accept or the end of its previous request, so it also bounds the wait for the next request
+//!   on a keep-alive connection (as hyper's header-read timer does);
 //! * `idle_timeout`: a connection (HTTP/1.1 or HTTP/2) with no request in flight for this long is
 //!   closed gracefully.
+//!
+//! Both are enforced by one watchdog task per connection that sleeps until the next deadline, not
+//! by a timer per request.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures_util::task::AtomicWaker;
 use http::header::{self, HeaderName};
 use http::{HeaderValue, Request, Response};
 use http_body_util::Full;
@@ -60,12 +66,21 @@ impl Counter {
     }
 }
 
-/// What a connection's watchdog needs to know: requests in flight and when the last one ended.
+/// What a connection's watchdog needs to know, kept up to date by the connection's requests at
+/// the cost of a few relaxed atomics per request (no timer is armed per request).
 struct Activity {
     started: Instant,
     in_flight: AtomicUsize,
     /// Milliseconds from `started` to the end of the last request.
     last_ms: AtomicU64,
+    /// Requests this connection has started.
+    requests: AtomicU64,
+    /// Set once a request arrives over HTTP/2, where the header timeout does not apply.
+    http2: AtomicBool,
+    /// Set by the watchdog when the connection should close gracefully.
+    close: AtomicBool,
+    /// The connection task, woken when `close` is set.
+    waker: AtomicWaker,
 }
 
 impl Activity {
@@ -74,6 +89,10 @@ impl Activity {
             started: Instant::now(),
             in_flight: AtomicUsize::new(0),
             last_ms: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
+            http2: AtomicBool::new(false),
+            close: AtomicBool::new(false),
+            waker: AtomicWaker::new(),
         }
     }
 
@@ -89,6 +108,69 @@ impl Activity {
         let last = self.last_ms.load(Ordering::Relaxed);
         Duration::from_millis(self.now_ms().saturating_sub(last))
     }
+
+    /// Asks the connection task to close gracefully.
+    fn close(&self) {
+        self.close.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+
+    /// Ready once [`Activity::close`] has been called: polled on every wake of the connection
+    /// task, so it is an atomic load and a waker check, where a timer would be a timer-wheel visit.
+    fn closed(&self) -> impl Future<Output = ()> + '_ {
+        std::future::poll_fn(move |cx| {
+            if self.close.load(Ordering::Acquire) {
+                return Poll::Ready(());
+            }
+            self.waker.register(cx.waker());
+            if self.close.load(Ordering::Acquire) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+    }
+}
+
+/// Watches one connection from its own task and asks it to close gracefully when
+/// * it has had no request in flight for `idle` (HTTP/1.1 and HTTP/2),
+/// * or, over HTTP/1.1 (or before its first request), for `header`: the time a client has to send
+///   a request's headers, counted from the end of the previous request (or from the accept). A
+///   client trickling its headers is cut off this way, and so is a keep-alive connection waiting
+///   for its next request, as hyper's own header-read timer would do;
+/// * or the server is shutting down.
+///
+/// It sleeps until the earliest deadline and looks again, so a busy connection costs it one
+/// wake per `header` period, and the request path arms no timer.
+async fn watchdog(
+    activity: Arc<Activity>,
+    mut closing: watch::Receiver<bool>,
+    header: Duration,
+    idle: Duration,
+) {
+    loop {
+        let limit = if activity.http2.load(Ordering::Relaxed) {
+            idle
+        } else {
+            idle.min(header)
+        };
+        let idle_for = activity.idle_for();
+        if idle_for >= limit {
+            tracing::debug!(idle = ?idle_for, "closing idle connection");
+            break;
+        }
+        // While a request runs, the deadline is at least `limit` after it ends.
+        let wait = limit - idle_for;
+        tokio::select! {
+            changed = closing.changed() => {
+                // The server is closing (or gone): stop watching either way.
+                let _ = changed;
+                break;
+            }
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+    activity.close();
 }
 
 /// The answer to a connection over `max_connections`: written raw, then the socket is closed.
@@ -109,7 +191,9 @@ pub async fn run(
         .http1()
         .keep_alive(true)
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout);
+        // The header timeout is the watchdog's (see [`watchdog`]): hyper's own would arm a timer
+        // for every request.
+        .header_read_timeout(None);
     builder.http2().timer(TokioTimer::new());
     let builder = Arc::new(builder);
     let permits = Arc::new(Semaphore::new(limits.max_connections));
@@ -141,39 +225,39 @@ pub async fn run(
         let activity = Arc::new(Activity::new());
         let service = http_service(front.clone(), peer, ids.clone(), activity.clone());
         let builder = builder.clone();
-        let mut closing = closing_rx.clone();
-        let idle = limits.idle_timeout;
+        let watching = tokio::spawn(watchdog(
+            activity.clone(),
+            closing_rx.clone(),
+            limits.header_timeout,
+            limits.idle_timeout,
+        ));
+        // The connection task holds a receiver too, so the drain below waits for it.
+        let closing = closing_rx.clone();
         tokio::spawn(async move {
             let _permit = permit;
             let hyper_service = hyper_util::service::TowerToHyperService::new(service);
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), hyper_service);
             tokio::pin!(conn);
-            let mut watchdog = tokio::time::interval(
-                idle.min(Duration::from_secs(1))
-                    .max(Duration::from_millis(50)),
-            );
-            let mut closing_down = false;
-            loop {
-                tokio::select! {
-                    result = conn.as_mut() => {
-                        if let Err(e) = result {
-                            tracing::debug!(error = %e, %peer, "connection ended with an error");
-                        }
-                        break;
-                    }
-                    _ = closing.changed(), if !closing_down => {
-                        closing_down = true;
+            let result = tokio::select! {
+                biased;
+                result = conn.as_mut() => result,
+                () = activity.closed() => {
+                    if activity.requests.load(Ordering::Relaxed) == 0 {
+                        // No request yet, so no answer to finish: cut it. (hyper's graceful
+                        // shutdown would wait for a first request whose head is half sent.)
+                        Ok(())
+                    } else {
+                        // An answer being written is finished first; a connection waiting for
+                        // its next request, or half-way through its head, closes at once.
                         conn.as_mut().graceful_shutdown();
-                    }
-                    _ = watchdog.tick(), if !closing_down => {
-                        if activity.idle_for() >= idle {
-                            tracing::debug!(%peer, "closing idle connection");
-                            closing_down = true;
-                            conn.as_mut().graceful_shutdown();
-                        }
+                        conn.await
                     }
                 }
+            };
+            if let Err(e) = result {
+                tracing::debug!(error = %e, %peer, "connection ended with an error");
             }
+            watching.abort();
             drop(closing);
         });
     }
@@ -214,6 +298,10 @@ fn http_service(
         let activity = activity.clone();
         async move {
             activity.in_flight.fetch_add(1, Ordering::Relaxed);
+            activity.requests.fetch_add(1, Ordering::Relaxed);
+            if req.version() == http::Version::HTTP_2 {
+                activity.http2.store(true, Ordering::Relaxed);
+            }
             // Boxed: the front's future is a few KiB, and hyper and the compression layer would
             // otherwise move it by value several times per request.
             let response = Box::pin(front.handle(req, peer)).await;

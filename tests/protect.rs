@@ -277,6 +277,64 @@ async fn a_client_trickling_its_headers_is_cut_off() {
 }
 
 #[tokio::test]
+async fn a_keep_alive_connection_gets_header_timeout_for_its_next_request() {
+    let c = Cluster::start(1, SLOW_CHAIN, |cfg| {
+        cfg.limits.header_timeout = Duration::from_millis(400);
+    })
+    .await;
+    let request = "POST /ext/bc/P HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 54\r\n\r\n{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"platform.getHeight\"}";
+    async fn answered(s: &mut tokio::net::TcpStream) -> bool {
+        let mut buf = [0u8; 4096];
+        let n = s.read(&mut buf).await.unwrap();
+        String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200")
+    }
+    // A request every 250 ms keeps the connection open well past the 400 ms header timeout.
+    let mut s = tokio::net::TcpStream::connect(c.gateway.addr())
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    for _ in 0..4 {
+        s.write_all(request.as_bytes()).await.unwrap();
+        assert!(answered(&mut s).await);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(started.elapsed() > Duration::from_millis(800));
+    // The next request's head trickles in: cut off, though one request was served.
+    let since = std::time::Instant::now();
+    let mut cut = false;
+    for byte in request.as_bytes().iter().take(60) {
+        if s.write_all(&[*byte]).await.is_err() {
+            cut = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if !cut {
+        cut = read_until_closed(&mut s, Duration::from_secs(2))
+            .await
+            .is_some();
+    }
+    assert!(cut, "the trickled second request was never cut off");
+    assert!(since.elapsed() < Duration::from_secs(2));
+    // A kept-alive connection that sends nothing more is closed after the header timeout too.
+    let mut quiet = tokio::net::TcpStream::connect(c.gateway.addr())
+        .await
+        .unwrap();
+    quiet.write_all(request.as_bytes()).await.unwrap();
+    assert!(answered(&mut quiet).await);
+    let since = std::time::Instant::now();
+    assert!(read_until_closed(&mut quiet, Duration::from_secs(3))
+        .await
+        .is_some());
+    let waited = since.elapsed();
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(2),
+        "{waited:?}"
+    );
+    c.gateway.shutdown().await;
+}
+
+#[tokio::test]
 async fn idle_connections_are_closed_and_connections_are_capped() {
     let c = Cluster::start(1, SLOW_CHAIN, |cfg| {
         cfg.limits.idle_timeout = Duration::from_millis(300);

@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use dashmap::DashMap;
+use futures_util::future::{self, Either, FutureExt, Ready};
 use moka::future::Cache as Moka;
 use moka::notification::RemovalCause;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
@@ -501,44 +502,50 @@ where
 {
     type Response = Answer;
     type Error = ProxyError;
-    type Future = Pin<Box<dyn Future<Output = Result<Answer, ProxyError>> + Send>>;
+    /// Bypassed calls and index hits are answered without boxing a future; the rest (moka reads,
+    /// misses) run in one boxed future.
+    type Future = Either<
+        Either<Bypassed<S::Future>, Ready<Result<Answer, ProxyError>>>,
+        Pin<Box<dyn Future<Output = Result<Answer, ProxyError>> + Send>>,
+    >;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ProxyError>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, mut call: RpcCall) -> Self::Future {
-        let cache = self.cache.clone();
         // Pinned calls want one node's own answer; uncacheable ones go straight through.
         if call.caller.pin.is_some() || !rules::cacheable_request(&call) {
-            cache.count(&call, "bypass");
-            let fut = self.inner.call(call);
-            return Box::pin(async move {
-                fut.await.map(|mut a| {
-                    a.cache = CacheStatus::Bypass;
-                    a
-                })
-            });
+            self.cache.count(&call, "bypass");
+            let bypassed = self.inner.call(call).map(mark_bypassed as MarkBypassed);
+            return Either::Left(Either::Left(bypassed));
         }
+        let cache = &self.cache;
+        let head = (call.spec.cache == CacheClass::Head).then(|| cache.pool.best_height());
+        if let Some(h) = head {
+            // Ask a node that has reached the height the entry will belong to.
+            call.route_min_height = Some(h);
+        }
+        let key = cache.key(&call, head);
+        let fingerprint = cache.fingerprint(&key);
+        if let Some(e) = cache.indexed(fingerprint, &key) {
+            cache.count(&call, "hit");
+            let answer = Ok(e.answer(CacheStatus::Hit));
+            if cache.index_hits.fetch_add(1, Ordering::Relaxed) % RECORD_EVERY != 0 {
+                return Either::Left(Either::Right(future::ready(answer)));
+            }
+            // Let moka see that this entry is in use.
+            let cache = cache.clone();
+            return Either::Right(Box::pin(async move {
+                let _ = cache.store.get(&fingerprint).await;
+                answer
+            }));
+        }
+        let cache = cache.clone();
         // The polled-ready instance serves this call; a fresh clone takes its place.
         let inner = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, inner);
-        Box::pin(async move {
-            let head = (call.spec.cache == CacheClass::Head).then(|| cache.pool.best_height());
-            if let Some(h) = head {
-                // Ask a node that has reached the height the entry will belong to.
-                call.route_min_height = Some(h);
-            }
-            let key = cache.key(&call, head);
-            let fingerprint = cache.fingerprint(&key);
-            if let Some(e) = cache.indexed(fingerprint, &key) {
-                if cache.index_hits.fetch_add(1, Ordering::Relaxed) % RECORD_EVERY == 0 {
-                    // Let moka see that this entry is in use.
-                    let _ = cache.store.get(&fingerprint).await;
-                }
-                cache.count(&call, "hit");
-                return Ok(e.answer(CacheStatus::Hit));
-            }
+        Either::Right(Box::pin(async move {
             let stored = cache.store.get(&fingerprint).await;
             if let Some(e) = stored.filter(|e| e.is_for(&key)) {
                 cache.index_entry(fingerprint, &e);
@@ -609,8 +616,21 @@ where
                     NotStored::Failed(e) => Err(e.clone()),
                 },
             }
-        })
+        }))
     }
+}
+
+/// The future of a call the cache lets through: the inner service's, with its answer marked.
+pub type Bypassed<F> = future::Map<F, MarkBypassed>;
+
+/// What [`Bypassed`] does to the inner service's result.
+pub type MarkBypassed = fn(Result<Answer, ProxyError>) -> Result<Answer, ProxyError>;
+
+fn mark_bypassed(result: Result<Answer, ProxyError>) -> Result<Answer, ProxyError> {
+    result.map(|mut answer| {
+        answer.cache = CacheStatus::Bypass;
+        answer
+    })
 }
 
 #[cfg(test)]

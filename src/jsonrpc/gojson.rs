@@ -622,7 +622,7 @@ impl<'a> Checked<'a> {
     }
 
     fn top_object(&mut self) -> Option<Members> {
-        let mut members = Vec::new();
+        let mut members = Vec::with_capacity(4);
         self.object(|key, value, at| members.push((key, value, at)))?;
         Some(members)
     }
@@ -684,7 +684,7 @@ impl<'a> Checked<'a> {
     fn value(&mut self) -> Option<Json> {
         match self.peek()? {
             b'{' => {
-                let mut members = Vec::new();
+                let mut members = Vec::with_capacity(4);
                 self.object(|key, value, _| members.push((key, value)))?;
                 Some(Json::Object(members))
             }
@@ -747,7 +747,7 @@ impl<'a> Checked<'a> {
     /// without its quotes, still escaped; value as written), checked in the same pass.
     fn raw_members(&mut self) -> Option<RawMembers<'a>> {
         let buf = self.buf;
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(4);
         self.eat(b'{').then_some(())?;
         self.nest()?;
         self.ws();
