@@ -139,7 +139,7 @@ pub fn decode(body: &[u8]) -> Decoded {
     // for other keys, a fold-equal earlier key that is not one of the four either.
     let mut seen = [false; 4];
     for i in 0..members.len() {
-        let key = members[i].0.as_str();
+        let key: &str = &members[i].0;
         let duplicate = match Field::of(key) {
             Some(field) => std::mem::replace(&mut seen[field as usize], true),
             None => members[..i]

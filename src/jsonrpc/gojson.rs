@@ -15,6 +15,7 @@
 //!   U+2028 and U+2029 escaped).
 //! * [`fold_key`] is Go's case folding for struct field names.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 /// Go's maximum nesting depth for the JSON scanner.
@@ -445,7 +446,7 @@ impl Json {
     /// Parses the first JSON value of `buf` once: an object comes back as its members, each with
     /// the byte range of its value in `buf` (so a raw value such as a request id can be echoed
     /// verbatim without another pass).
-    pub fn parse_top(buf: &[u8]) -> Result<Top, SyntaxError> {
+    pub fn parse_top(buf: &[u8]) -> Result<Top<'_>, SyntaxError> {
         if let Some(members) = Checked::new(buf).top_object() {
             return Ok(Top::Object(members));
         }
@@ -454,7 +455,7 @@ impl Json {
 
     /// [`Json::parse_top`] in two passes: Go's scanner (which words any error exactly), then the
     /// tree.
-    fn parse_top_scanned(buf: &[u8]) -> Result<Top, SyntaxError> {
+    fn parse_top_scanned(buf: &[u8]) -> Result<Top<'_>, SyntaxError> {
         let (range, depth) = scan(buf)?;
         let raw = &buf[range.clone()];
         too_deep(raw, depth)?;
@@ -469,7 +470,7 @@ impl Json {
             if p.peek() == b'}' {
                 break;
             }
-            let key = p.string();
+            let key = Cow::Owned(p.string());
             p.ws();
             p.pos += 1; // ':'
             p.ws();
@@ -567,15 +568,16 @@ impl Json {
 
 /// The first value of a body, as [`Json::parse_top`] returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Top {
+pub enum Top<'a> {
     /// An object: its members in order, each with the byte range of its value.
-    Object(Members),
+    Object(Members<'a>),
     /// Anything else.
     Other(Json),
 }
 
 /// Members of an object with the byte range of each value, as [`Top::Object`] holds them.
-pub type Members = Vec<(String, Json, std::ops::Range<usize>)>;
+/// Keys are borrowed from the body unless they had to be decoded (escapes, invalid UTF-8).
+pub type Members<'a> = Vec<(Cow<'a, str>, Json, std::ops::Range<usize>)>;
 
 /// The one-pass path of [`Json::parse`] and [`Json::parse_top`]: checks the grammar while it
 /// builds the tree, for the common case of an object or array whose strings have no escapes. It
@@ -621,7 +623,7 @@ impl<'a> Checked<'a> {
         self.value()
     }
 
-    fn top_object(&mut self) -> Option<Members> {
+    fn top_object(&mut self) -> Option<Members<'a>> {
         let mut members = Vec::with_capacity(4);
         self.object(|key, value, at| members.push((key, value, at)))?;
         Some(members)
@@ -635,14 +637,14 @@ impl<'a> Checked<'a> {
     /// An object; `member` gets each key, value and the value's byte range.
     fn object(
         &mut self,
-        mut member: impl FnMut(String, Json, std::ops::Range<usize>),
+        mut member: impl FnMut(Cow<'a, str>, Json, std::ops::Range<usize>),
     ) -> Option<()> {
         self.eat(b'{').then_some(())?;
         self.nest()?;
         self.ws();
         if !self.eat(b'}') {
             loop {
-                let key = self.string()?;
+                let key = self.str()?;
                 self.ws();
                 self.eat(b':').then_some(())?;
                 self.ws();
@@ -685,7 +687,7 @@ impl<'a> Checked<'a> {
         match self.peek()? {
             b'{' => {
                 let mut members = Vec::with_capacity(4);
-                self.object(|key, value, _| members.push((key, value)))?;
+                self.object(|key, value, _| members.push((key.into_owned(), value)))?;
                 Some(Json::Object(members))
             }
             b'[' => self.array(),
@@ -836,15 +838,18 @@ impl<'a> Checked<'a> {
 
     /// A string without escapes (invalid UTF-8 becomes U+FFFD, as Go decodes it).
     fn string(&mut self) -> Option<String> {
+        self.str().map(Cow::into_owned)
+    }
+
+    /// [`Checked::string`], borrowed from the buffer when it is valid UTF-8.
+    fn str(&mut self) -> Option<Cow<'a, str>> {
         self.eat(b'"').then_some(())?;
-        let rest = &self.buf[self.pos..];
+        let buf: &'a [u8] = self.buf;
+        let rest = &buf[self.pos..];
         let end = string_stop(rest, true)?;
         (rest[end] == b'"').then_some(())?;
         self.pos += end + 1;
-        Some(match std::str::from_utf8(&rest[..end]) {
-            Ok(s) => s.to_owned(),
-            Err(_) => String::from_utf8_lossy(&rest[..end]).into_owned(),
-        })
+        Some(String::from_utf8_lossy(&rest[..end]))
     }
 }
 

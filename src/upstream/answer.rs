@@ -14,11 +14,13 @@ pub fn check(body: &Bytes, expected_id: u64) -> Result<(AnswerKind, Bytes), Stri
         .ok_or("not a JSON object")?;
     let mut version_ok = false;
     let mut id_ok = false;
+    let mut id_text = itoa::Buffer::new();
+    let expected_id = id_text.format(expected_id).as_bytes();
     let mut payload: Option<(AnswerKind, &[u8])> = None;
     for (key, value) in members {
         match key {
             b"jsonrpc" => version_ok = value == b"\"2.0\"",
-            b"id" => id_ok = value == expected_id.to_string().as_bytes(),
+            b"id" => id_ok = value == expected_id,
             b"result" | b"error" => {
                 if payload.is_some() {
                     return Err("both result and error".into());

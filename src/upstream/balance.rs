@@ -60,7 +60,13 @@ pub fn load(estimate_ns: f64, in_flight: usize) -> f64 {
 /// Picks the index of one of `loads` with power of two choices: two distinct candidates at
 /// random, the less loaded wins. `None` only when `loads` is empty.
 pub fn pick_p2c(loads: &[f64], rng: &mut impl Rng) -> Option<usize> {
-    match loads.len() {
+    pick_p2c_by(loads.len(), |i| loads[i], rng)
+}
+
+/// [`pick_p2c`] over `n` candidates whose loads are computed on demand: only the two sampled
+/// ones are asked, and none when there is only one candidate.
+pub fn pick_p2c_by(n: usize, load: impl Fn(usize) -> f64, rng: &mut impl Rng) -> Option<usize> {
+    match n {
         0 => None,
         1 => Some(0),
         n => {
@@ -69,7 +75,7 @@ pub fn pick_p2c(loads: &[f64], rng: &mut impl Rng) -> Option<usize> {
             if b >= a {
                 b += 1;
             }
-            Some(if loads[b] < loads[a] { b } else { a })
+            Some(if load(b) < load(a) { b } else { a })
         }
     }
 }

@@ -359,7 +359,13 @@ impl Conn {
                 .map_err(|e| transport(format!("writing the request: {e}")))?;
         }
         let head = loop {
-            if let Some(head) = parse_head(&self.buf).map_err(transport)? {
+            // Nothing read yet (the usual case right after the write): nothing to parse.
+            let parsed = if self.buf.is_empty() {
+                None
+            } else {
+                parse_head(&self.buf).map_err(transport)?
+            };
+            if let Some(head) = parsed {
                 if head.status.is_informational() {
                     // `100 Continue` and the like: the real answer follows.
                     self.buf.advance(head.len);

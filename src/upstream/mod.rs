@@ -216,7 +216,7 @@ impl Upstream {
     fn load(&self) -> f64 {
         let (count, oldest) = {
             let p = self.pending.lock();
-            (p.started.len(), p.started.values().next().copied())
+            (p.count, p.oldest())
         };
         let age = oldest.map_or(0.0, |t| t.elapsed().as_nanos() as f64);
         balance::load(self.ewma.lock().estimate_ns().max(age), count)
@@ -224,11 +224,8 @@ impl Upstream {
 
     /// Registers a request as pending until the guard is dropped (also when its future is
     /// cancelled, so the count never leaks).
-    fn begin(&self) -> PendingGuard<'_> {
-        let mut p = self.pending.lock();
-        let seq = p.next;
-        p.next += 1;
-        p.started.insert(seq, Instant::now());
+    fn begin(&self, now: Instant) -> PendingGuard<'_> {
+        let seq = self.pending.lock().begin(now);
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         PendingGuard {
             upstream: self,
@@ -251,11 +248,48 @@ impl Drop for Slot<'_> {
     }
 }
 
-/// Requests pending on one upstream, oldest first.
+/// Requests pending on one upstream, oldest first: a ring of start times by sequence number,
+/// where a request that ends leaves a gap until every older one has ended too. Steady traffic
+/// reuses the ring's room: no allocation per request.
 #[derive(Default)]
 struct Pending {
-    next: u64,
-    started: std::collections::BTreeMap<u64, Instant>,
+    /// The sequence number of `started[0]`.
+    first: u64,
+    /// Start times from `first` on; `None` where the request has ended.
+    started: std::collections::VecDeque<Option<Instant>>,
+    /// Requests still pending.
+    count: usize,
+}
+
+impl Pending {
+    /// Records a request started at `now`; returns its sequence number.
+    fn begin(&mut self, now: Instant) -> u64 {
+        self.started.push_back(Some(now));
+        self.count += 1;
+        self.first + self.started.len() as u64 - 1
+    }
+
+    /// Records the end of request `seq`.
+    fn end(&mut self, seq: u64) {
+        let Some(slot) = usize::try_from(seq.wrapping_sub(self.first))
+            .ok()
+            .and_then(|i| self.started.get_mut(i))
+        else {
+            return;
+        };
+        if slot.take().is_some() {
+            self.count -= 1;
+        }
+        while self.started.front().is_some_and(Option::is_none) {
+            self.started.pop_front();
+            self.first += 1;
+        }
+    }
+
+    /// When the oldest pending request started.
+    fn oldest(&self) -> Option<Instant> {
+        self.started.front().copied().flatten()
+    }
 }
 
 struct PendingGuard<'a> {
@@ -265,7 +299,7 @@ struct PendingGuard<'a> {
 
 impl Drop for PendingGuard<'_> {
     fn drop(&mut self) {
-        self.upstream.pending.lock().started.remove(&self.seq);
+        self.upstream.pending.lock().end(self.seq);
         self.upstream.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -408,42 +442,38 @@ impl Pool {
     }
 
     /// Indices of the upstreams that may take a request needing `min_height`, minus `tried`.
+    /// Those at their concurrency cap are left out while others have room; when all are full,
+    /// all are given and the caller waits for a slot (within its deadline).
     fn candidates(&self, min_height: Option<u64>, tried: &[usize]) -> Vec<usize> {
-        let mut ready: Vec<(usize, Option<u64>)> = self
-            .upstreams
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !tried.contains(i))
-            .filter_map(|(i, u)| {
-                let s = u.state.lock();
-                self.takes_traffic(&s).then_some((i, s.height))
-            })
+        // One allocation: heights are looked up again (under their lock) only for a height
+        // requirement, which few calls have.
+        let mut ready: Vec<usize> = (0..self.upstreams.len())
+            .filter(|i| !tried.contains(i))
+            .filter(|&i| self.takes_traffic(&self.upstreams[i].state.lock()))
             .collect();
-        // A node at its concurrency cap is passed over while others have room; when all are
-        // full, the request waits for a slot (within its deadline).
         let has_room = |i: usize| self.upstreams[i].permits.available_permits() > 0;
-        if ready.iter().any(|(i, _)| has_room(*i)) {
-            ready.retain(|(i, _)| has_room(*i));
+        if ready.iter().any(|&i| has_room(i)) {
+            ready.retain(|&i| has_room(i));
         }
         if let Some(h) = min_height {
-            let reaching: Vec<usize> = ready
-                .iter()
-                .filter(|(_, height)| height.is_some_and(|x| x >= h))
-                .map(|(i, _)| *i)
-                .collect();
-            if !reaching.is_empty() {
-                return reaching;
+            let reaches = |i: usize| {
+                self.upstreams[i]
+                    .state
+                    .lock()
+                    .height
+                    .is_some_and(|x| x >= h)
+            };
+            if ready.iter().any(|&i| reaches(i)) {
+                ready.retain(|&i| reaches(i));
             }
         }
-        ready.into_iter().map(|(i, _)| i).collect()
+        ready
     }
 
+    /// Power of two choices among `candidates` by their load (none computed for a single one).
     fn pick(&self, candidates: &[usize]) -> Option<usize> {
-        let loads: Vec<f64> = candidates
-            .iter()
-            .map(|&i| self.upstreams[i].load())
-            .collect();
-        let chosen = balance::pick_p2c(&loads, &mut rand::thread_rng())?;
+        let load = |k: usize| self.upstreams[candidates[k]].load();
+        let chosen = balance::pick_p2c_by(candidates.len(), load, &mut rand::thread_rng())?;
         Some(candidates[chosen])
     }
 
@@ -459,10 +489,10 @@ impl Pool {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let body = call.upstream_body(id);
         let handles = &upstream.metrics;
-        let _pending = upstream.begin();
+        let started = Instant::now();
+        let _pending = upstream.begin(started);
         handles.in_flight.inc();
         let _gauge = scopeguard(|| handles.in_flight.dec());
-        let started = Instant::now();
         let result = upstream
             .post(
                 call.spec.family.canonical_path(),
@@ -472,8 +502,9 @@ impl Pool {
             )
             .await
             .and_then(|b| answer::check(&b, id).map_err(AttemptError::Garbage));
-        let elapsed = started.elapsed();
-        upstream.ewma.lock().observe(elapsed, Instant::now());
+        let ended = Instant::now();
+        let elapsed = ended.saturating_duration_since(started);
+        upstream.ewma.lock().observe(elapsed, ended);
         handles.latency.observe(elapsed.as_secs_f64());
         let outcome = match &result {
             Ok((AnswerKind::Result, _)) => "ok",
@@ -568,19 +599,21 @@ impl Pool {
         tried: &[usize],
         deadline: Instant,
     ) -> Result<Option<(usize, Slot<'_>)>, ProxyError> {
+        // The common case first: a node with room, without registering for a wake-up.
+        let mut waiting = false;
         loop {
             let freed = self.slot_freed.notified();
             tokio::pin!(freed);
-            freed.as_mut().enable();
-            let candidates = self.candidates(min_height, tried);
+            if waiting {
+                // Registered before looking, so a slot freed meanwhile is not missed.
+                freed.as_mut().enable();
+            }
+            let mut candidates = self.candidates(min_height, tried);
             if candidates.is_empty() {
                 return Ok(None);
             }
-            let with_room: Vec<usize> = candidates
-                .into_iter()
-                .filter(|&i| self.upstreams[i].permits.available_permits() > 0)
-                .collect();
-            if let Some(index) = self.pick(&with_room) {
+            candidates.retain(|&i| self.upstreams[i].permits.available_permits() > 0);
+            if let Some(index) = self.pick(&candidates) {
                 if let Ok(permit) = self.upstreams[index].permits.try_acquire() {
                     return Ok(Some((
                         index,
@@ -590,6 +623,11 @@ impl Pool {
                         },
                     )));
                 }
+                continue;
+            }
+            if !waiting {
+                // All full: look again, this time registered for the next freed slot.
+                waiting = true;
                 continue;
             }
             if tokio::time::timeout_at(deadline.into(), freed)
@@ -774,5 +812,34 @@ mod tests {
         assert!(parse_base_url("http://x:1/ext/bc/P").is_err());
         assert!(parse_base_url("10.0.0.5:9650").is_err());
         assert!(parse_base_url("http://u:p@x:1").is_err());
+    }
+
+    #[test]
+    fn pending_requests_keep_the_oldest_start_in_any_end_order() {
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let mut p = Pending::default();
+        let (a, b, c) = (p.begin(at(1)), p.begin(at(2)), p.begin(at(3)));
+        assert_eq!((p.count, p.oldest()), (3, Some(at(1))));
+        p.end(b);
+        assert_eq!((p.count, p.oldest()), (2, Some(at(1))));
+        p.end(a);
+        assert_eq!((p.count, p.oldest()), (1, Some(at(3))));
+        assert_eq!(
+            p.started.len(),
+            1,
+            "ended requests at the front are dropped"
+        );
+        // Ending twice, or a number never given out, changes nothing.
+        p.end(a);
+        p.end(c + 100);
+        assert_eq!(p.count, 1);
+        let d = p.begin(at(4));
+        p.end(c);
+        assert_eq!((p.count, p.oldest()), (1, Some(at(4))));
+        p.end(d);
+        assert_eq!((p.count, p.oldest(), p.started.len()), (0, None, 0));
+        // Numbers keep counting up after the ring empties.
+        assert_eq!(p.begin(at(5)), d + 1);
     }
 }
