@@ -232,3 +232,89 @@ async fn a_node_speaking_no_http_is_a_502() {
     assert!(seen.requests.load(Ordering::Relaxed) >= 1);
     gw.shutdown().await;
 }
+
+/// A node that answers every request on a connection except the second, on which it hangs.
+async fn hangs_on_second_request() -> (std::net::SocketAddr, Arc<Seen>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Seen::default());
+    let seen2 = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            seen2.connections.fetch_add(1, Ordering::Relaxed);
+            let seen = seen2.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut n = 0;
+                while read_request(&mut stream, &mut buf).await.is_some() {
+                    n += 1;
+                    seen.requests.fetch_add(1, Ordering::Relaxed);
+                    if n == 2 {
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                        return;
+                    }
+                    let body = r#"{"jsonrpc":"2.0","result":{},"id":1}"#;
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if stream.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+#[tokio::test]
+async fn a_kept_alive_connection_times_out_at_each_exchange_deadline() {
+    use snowgate::upstream::conn::{Connections, SendError};
+    let (addr, seen) = hangs_on_second_request().await;
+    let authority: http::uri::Authority = addr.to_string().parse().unwrap();
+    let connections = Connections::new(
+        &authority,
+        Duration::from_secs(1),
+        8,
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    let by = |ms| tokio::time::Instant::now() + Duration::from_millis(ms);
+    // Answered at once; the connection is kept, its timer still set for 300 ms from then.
+    let r = connections
+        .post("/ext/bc/P", b"{}", 1 << 20, by(300))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    // The node hangs on the same connection: the later deadline of this exchange holds, neither
+    // the earlier one of the first exchange nor none at all.
+    let started = std::time::Instant::now();
+    let e = connections
+        .post("/ext/bc/P", b"{}", 1 << 20, by(700))
+        .await
+        .unwrap_err();
+    let waited = started.elapsed();
+    assert!(matches!(e, SendError::Timeout), "{e:?}");
+    assert!(
+        waited >= Duration::from_millis(650) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    assert_eq!(seen.connections.load(Ordering::Relaxed), 1);
+    // The timed-out connection is closed, not reused: a new one carries the next request, and a
+    // deadline shorter than any before is kept too.
+    let r = connections
+        .post("/ext/bc/P", b"{}", 1 << 20, by(200))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(seen.connections.load(Ordering::Relaxed), 2);
+    let started = std::time::Instant::now();
+    let e = connections
+        .post("/ext/bc/P", b"{}", 1 << 20, by(250))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, SendError::Timeout), "{e:?}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(seen.requests.load(Ordering::Relaxed), 4);
+}

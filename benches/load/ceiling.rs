@@ -62,7 +62,12 @@ pub fn run_bare_proxy(port: u16, node: &str) -> Result<(), String> {
         // Every contestant's requests go to the P-chain path.
         async move {
             connections
-                .post("/ext/bc/P", &request, 16 * 1024 * 1024)
+                .post(
+                    "/ext/bc/P",
+                    &request,
+                    16 * 1024 * 1024,
+                    tokio::time::Instant::now() + Duration::from_secs(30),
+                )
                 .await
                 .map(|reply| reply.body)
                 .unwrap_or_default()

@@ -21,6 +21,7 @@
 
 use std::io::ErrorKind;
 use std::mem::MaybeUninit;
+use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -39,6 +40,8 @@ pub enum SendError {
     Transport(String),
     /// The answer's body is larger than the bound the caller set (in bytes).
     TooLarge(usize),
+    /// The deadline passed before the answer was complete (or before a connection opened).
+    Timeout,
 }
 
 /// A node's answer: its status and its whole body.
@@ -96,19 +99,21 @@ impl Connections {
     }
 
     /// Sends `POST path` with the JSON `body` and reads the whole answer, at most `max_bytes` of
-    /// body. The connection goes back to the idle list when the exchange allows it; a caller that
-    /// drops the future mid-exchange (a timeout) drops the connection with it.
+    /// body, by `deadline` ([`SendError::Timeout`] after it). The connection goes back to the idle
+    /// list when the exchange allows it; one that timed out, failed, or whose caller dropped the
+    /// future mid-exchange is closed.
     pub async fn post(
         &self,
         path: &str,
         body: &[u8],
         max_bytes: usize,
+        deadline: tokio::time::Instant,
     ) -> Result<Reply, SendError> {
         let request = self.encode(path, body)?;
         // Reused connections first; one that refuses the request unsent passes it on to the
         // next, and finally to a new connection.
         while let Some(mut conn) = self.checkout() {
-            match conn.exchange(&request, max_bytes).await {
+            match conn.exchange_by(&request, max_bytes, deadline).await {
                 Ok((reply, reusable)) => {
                     if reusable {
                         self.release(conn);
@@ -119,8 +124,8 @@ impl Connections {
                 Err(Failure::Failed(e)) => return Err(e),
             }
         }
-        let mut conn = self.connect().await?;
-        match conn.exchange(&request, max_bytes).await {
+        let mut conn = self.connect(deadline).await?;
+        match conn.exchange_by(&request, max_bytes, deadline).await {
             Ok((reply, reusable)) => {
                 if reusable {
                     self.release(conn);
@@ -182,11 +187,14 @@ impl Connections {
         }
     }
 
-    async fn connect(&self) -> Result<Conn, SendError> {
+    /// Opens a connection within `connect_timeout`, and by `deadline`.
+    async fn connect(&self, deadline: tokio::time::Instant) -> Result<Conn, SendError> {
         let connecting = TcpStream::connect(self.address.as_str());
-        let stream = match tokio::time::timeout(self.connect_timeout, connecting).await {
+        let connect_by = tokio::time::Instant::now() + self.connect_timeout;
+        let stream = match tokio::time::timeout_at(connect_by.min(deadline), connecting).await {
             Ok(Ok(stream)) => stream,
             Ok(Err(e)) => return Err(SendError::Connect(format!("{}: {e}", self.address))),
+            Err(_) if deadline < connect_by => return Err(SendError::Timeout),
             Err(_) => {
                 return Err(SendError::Connect(format!(
                     "{}: connect timed out after {:?}",
@@ -199,6 +207,7 @@ impl Connections {
             stream,
             buf: BytesMut::new(),
             reused: false,
+            timer: Box::pin(tokio::time::sleep_until(deadline)),
         })
     }
 }
@@ -318,6 +327,10 @@ struct Conn {
     buf: BytesMut,
     /// It has carried an exchange before (so a refusal may mean the node closed it while idle).
     reused: bool,
+    /// The deadline of the exchange in progress. One timer for the connection's life, moved to
+    /// each new (later) deadline, which costs tokio one atomic update instead of a visit to its
+    /// timer wheel per request.
+    timer: Pin<Box<tokio::time::Sleep>>,
 }
 
 impl Conn {
@@ -337,6 +350,41 @@ impl Conn {
         }
     }
 
+    /// [`Conn::exchange`] by `deadline`.
+    async fn exchange_by(
+        &mut self,
+        request: &[u8],
+        max_bytes: usize,
+        deadline: tokio::time::Instant,
+    ) -> Result<(Reply, bool), Failure> {
+        self.timer.as_mut().reset(deadline);
+        let Conn {
+            stream,
+            buf,
+            reused,
+            timer,
+        } = self;
+        let mut io = ConnIo {
+            stream,
+            buf,
+            reused,
+        };
+        tokio::select! {
+            biased;
+            result = io.exchange(request, max_bytes) => result,
+            () = timer.as_mut() => Err(Failure::Failed(SendError::Timeout)),
+        }
+    }
+}
+
+/// The parts of a [`Conn`] an exchange uses (its timer stays with the caller).
+struct ConnIo<'a> {
+    stream: &'a mut TcpStream,
+    buf: &'a mut BytesMut,
+    reused: &'a mut bool,
+}
+
+impl ConnIo<'_> {
     /// Writes `request` and reads the answer to it. Returns the answer and whether the
     /// connection may carry another request.
     async fn exchange(
@@ -344,7 +392,7 @@ impl Conn {
         request: &[u8],
         max_bytes: usize,
     ) -> Result<(Reply, bool), Failure> {
-        let reused = std::mem::replace(&mut self.reused, true);
+        let reused = std::mem::replace(self.reused, true);
         self.buf.clear();
         let written = match self.stream.write(request).await {
             Ok(0) if reused => return Err(Failure::Unsent),
@@ -363,7 +411,7 @@ impl Conn {
             let parsed = if self.buf.is_empty() {
                 None
             } else {
-                parse_head(&self.buf).map_err(transport)?
+                parse_head(self.buf).map_err(transport)?
             };
             if let Some(head) = parsed {
                 if head.status.is_informational() {
@@ -432,7 +480,7 @@ impl Conn {
         let mut body = BytesMut::new();
         loop {
             let (line, size) = loop {
-                match httparse::parse_chunk_size(&self.buf) {
+                match httparse::parse_chunk_size(self.buf) {
                     Ok(httparse::Status::Complete(found)) => break found,
                     Ok(httparse::Status::Partial) if self.buf.len() < 1024 => {}
                     _ => return Err(transport("invalid chunk size in the answer")),

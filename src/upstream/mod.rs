@@ -182,29 +182,25 @@ impl Upstream {
         timeout: Duration,
         max_bytes: usize,
     ) -> Result<Bytes, AttemptError> {
-        let exchange = async {
-            let reply = self
-                .connections
-                .post(path, &body, max_bytes)
-                .await
-                .map_err(|e| match e {
-                    conn::SendError::Connect(d) => AttemptError::Connect(d),
-                    conn::SendError::Transport(d) => AttemptError::Transport(d),
-                    conn::SendError::TooLarge(n) => {
-                        AttemptError::Garbage(format!("answer larger than {n} bytes"))
-                    }
-                })?;
-            if reply.status != StatusCode::OK {
-                let shown = &reply.body[..reply.body.len().min(200)];
-                let text = String::from_utf8_lossy(shown).into_owned();
-                return Err(AttemptError::Status(reply.status, text));
-            }
-            Ok(reply.body)
-        };
-        match tokio::time::timeout(timeout, exchange).await {
-            Ok(r) => r,
-            Err(_) => Err(AttemptError::Timeout),
+        let deadline = tokio::time::Instant::now() + timeout;
+        let reply = self
+            .connections
+            .post(path, &body, max_bytes, deadline)
+            .await
+            .map_err(|e| match e {
+                conn::SendError::Connect(d) => AttemptError::Connect(d),
+                conn::SendError::Transport(d) => AttemptError::Transport(d),
+                conn::SendError::TooLarge(n) => {
+                    AttemptError::Garbage(format!("answer larger than {n} bytes"))
+                }
+                conn::SendError::Timeout => AttemptError::Timeout,
+            })?;
+        if reply.status != StatusCode::OK {
+            let shown = &reply.body[..reply.body.len().min(200)];
+            let text = String::from_utf8_lossy(shown).into_owned();
+            return Err(AttemptError::Status(reply.status, text));
         }
+        Ok(reply.body)
     }
 
     fn snapshot(&self) -> HealthState {
