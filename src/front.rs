@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
+use http::header::HeaderName;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use tower::ServiceExt;
@@ -52,6 +53,13 @@ pub struct Front {
 }
 
 type HttpResponse = Response<Full<Bytes>>;
+
+/// The header that carries a request's id, both ways.
+pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// `X-Cache`: HIT, MISS or BYPASS. A constant: a name given as a string is parsed, and a custom
+/// one allocated, on every insert.
+const X_CACHE: HeaderName = HeaderName::from_static("x-cache");
 
 fn text(status: StatusCode, body: impl Into<Bytes>) -> HttpResponse {
     let mut r = Response::new(Full::new(body.into()));
@@ -266,10 +274,14 @@ impl Front {
         let content_type = req
             .headers()
             .get(header::CONTENT_TYPE)
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .map(HeaderValue::as_bytes)
             .unwrap_or_default();
-        let media = content_type.split(';').next().unwrap_or_default();
-        if !media.eq_ignore_ascii_case("application/json") {
+        let media = content_type
+            .split(|&b| b == b';')
+            .next()
+            .unwrap_or_default();
+        if !media.eq_ignore_ascii_case(b"application/json") {
+            let media = String::from_utf8_lossy(media);
             let msg = format!("rpc: unrecognized Content-Type: {media}");
             return self.reject(
                 "unsupported_media_type",
@@ -317,7 +329,7 @@ impl Front {
             pin,
             ip: peer.ip(),
             client,
-            request_id: headers.get("x-request-id").cloned(),
+            request_id: headers.get(X_REQUEST_ID).cloned(),
         }
     }
 
@@ -423,8 +435,7 @@ impl Front {
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         if let Some(c) = outcome.cache {
-            r.headers_mut()
-                .insert("x-cache", HeaderValue::from_static(c));
+            r.headers_mut().insert(X_CACHE, HeaderValue::from_static(c));
         }
         r
     }

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::task::AtomicWaker;
-use http::header::{self, HeaderName};
+use http::header;
 use http::{HeaderValue, Request, Response};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -38,10 +38,7 @@ use tower_http::compression::{CompressionBody, CompressionLayer};
 use tracing::Instrument;
 
 use crate::config::LimitsConfig;
-use crate::front::Front;
-
-/// The header that carries a request's id, both ways.
-const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+use crate::front::{Front, X_REQUEST_ID};
 
 /// Request ids: a per-process counter in hex, short and unique enough to grep logs by.
 #[derive(Clone, Default)]

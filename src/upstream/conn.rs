@@ -17,7 +17,10 @@
 //!   without a system call in the common case);
 //! * a request that a reused connection refused to take (the write failed before any byte left)
 //!   moves to the next connection; "could not connect" is told apart from a failure after the
-//!   request may have been sent, so side-effecting calls are resent only when it is safe.
+//!   request may have been sent, so side-effecting calls are resent only when it is safe;
+//! * a deadline per exchange, kept by one timer per connection that each exchange moves (tokio
+//!   extends a registered timer to a later deadline with one atomic update, where a fresh timer
+//!   per request visits the timer wheel twice); a connection that times out is closed.
 
 use std::io::ErrorKind;
 use std::mem::MaybeUninit;
