@@ -353,7 +353,7 @@ impl Conn {
         }
     }
 
-    /// [`Conn::exchange`] by `deadline`.
+    /// [`ConnIo::exchange`], given up at `deadline` (the connection is then closed by the caller).
     async fn exchange_by(
         &mut self,
         request: &[u8],

@@ -246,7 +246,8 @@ impl Drop for Slot<'_> {
 
 /// Requests pending on one upstream, oldest first: a ring of start times by sequence number,
 /// where a request that ends leaves a gap until every older one has ended too. Steady traffic
-/// reuses the ring's room: no allocation per request.
+/// reuses the ring's room: no allocation per request. A slow request holds the ring open behind
+/// it until it ends, which its deadline bounds.
 #[derive(Default)]
 struct Pending {
     /// The sequence number of `started[0]`.
