@@ -234,6 +234,26 @@ async fn read_until_closed(stream: &mut tokio::net::TcpStream, limit: Duration) 
     }
 }
 
+/// Writes `bytes` one every 20 ms, for at most `limit`, then waits up to `limit` for the gateway
+/// to close the connection; whether it was cut off.
+async fn trickled_until_cut(
+    stream: &mut tokio::net::TcpStream,
+    bytes: &[u8],
+    limit: Duration,
+) -> bool {
+    let started = std::time::Instant::now();
+    for byte in bytes {
+        if stream.write_all(&[*byte]).await.is_err() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if started.elapsed() > limit {
+            break;
+        }
+    }
+    read_until_closed(stream, limit).await.is_some()
+}
+
 #[tokio::test]
 async fn a_client_trickling_its_headers_is_cut_off() {
     let c = Cluster::start(1, SLOW_CHAIN, |cfg| {
@@ -244,26 +264,8 @@ async fn a_client_trickling_its_headers_is_cut_off() {
         .await
         .unwrap();
     let started = std::time::Instant::now();
-    let head = b"POST /ext/bc/P HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n";
-    let mut cut = false;
-    for byte in head
-        .iter()
-        .chain(b"X-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".iter())
-    {
-        if s.write_all(&[*byte]).await.is_err() {
-            cut = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        if started.elapsed() > Duration::from_secs(3) {
-            break;
-        }
-    }
-    if !cut {
-        cut = read_until_closed(&mut s, Duration::from_secs(3))
-            .await
-            .is_some();
-    }
+    let head = b"POST /ext/bc/P HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    let cut = trickled_until_cut(&mut s, head, Duration::from_secs(3)).await;
     assert!(cut, "the slow client was never cut off");
     assert!(started.elapsed() < Duration::from_secs(3));
     // Other clients are served meanwhile and after.
@@ -301,19 +303,7 @@ async fn a_keep_alive_connection_gets_header_timeout_for_its_next_request() {
     assert!(started.elapsed() > Duration::from_millis(800));
     // The next request's head trickles in: cut off, though one request was served.
     let since = std::time::Instant::now();
-    let mut cut = false;
-    for byte in request.as_bytes().iter().take(60) {
-        if s.write_all(&[*byte]).await.is_err() {
-            cut = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    if !cut {
-        cut = read_until_closed(&mut s, Duration::from_secs(2))
-            .await
-            .is_some();
-    }
+    let cut = trickled_until_cut(&mut s, &request.as_bytes()[..60], Duration::from_secs(2)).await;
     assert!(cut, "the trickled second request was never cut off");
     assert!(since.elapsed() < Duration::from_secs(2));
     // A kept-alive connection that sends nothing more is closed after the header timeout too.

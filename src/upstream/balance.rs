@@ -57,15 +57,10 @@ pub fn load(estimate_ns: f64, in_flight: usize) -> f64 {
     estimate_ns * (in_flight as f64 + 1.0)
 }
 
-/// Picks the index of one of `loads` with power of two choices: two distinct candidates at
-/// random, the less loaded wins. `None` only when `loads` is empty.
-pub fn pick_p2c(loads: &[f64], rng: &mut impl Rng) -> Option<usize> {
-    pick_p2c_by(loads.len(), |i| loads[i], rng)
-}
-
-/// [`pick_p2c`] over `n` candidates whose loads are computed on demand: only the two sampled
-/// ones are asked, and none when there is only one candidate.
-pub fn pick_p2c_by(n: usize, load: impl Fn(usize) -> f64, rng: &mut impl Rng) -> Option<usize> {
+/// Picks the index of one of `n` candidates with power of two choices: two distinct candidates
+/// at random, the less loaded wins. `load(i)` is asked only for the two sampled ones, and not at
+/// all when there is one candidate. `None` only when `n` is 0.
+pub fn pick_p2c(n: usize, load: impl Fn(usize) -> f64, rng: &mut impl Rng) -> Option<usize> {
     match n {
         0 => None,
         1 => Some(0),
@@ -86,6 +81,10 @@ mod tests {
     use proptest::prelude::*;
     use rand::SeedableRng;
 
+    fn pick(loads: &[f64], rng: &mut impl rand::Rng) -> Option<usize> {
+        pick_p2c(loads.len(), |i| loads[i], rng)
+    }
+
     #[test]
     fn peak_jumps_up_and_decays() {
         let t0 = Instant::now();
@@ -102,7 +101,7 @@ mod tests {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
         let loads = [10.0, 1.0];
         for _ in 0..100 {
-            assert_eq!(pick_p2c(&loads, &mut rng), Some(1));
+            assert_eq!(pick(&loads, &mut rng), Some(1));
         }
     }
 
@@ -111,7 +110,7 @@ mod tests {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
         let loads = [1.0, 2.0, 3.0, 100.0];
         for _ in 0..1000 {
-            assert_ne!(pick_p2c(&loads, &mut rng), Some(3));
+            assert_ne!(pick(&loads, &mut rng), Some(3));
         }
     }
 
@@ -119,7 +118,7 @@ mod tests {
         #[test]
         fn pick_is_in_range(loads in proptest::collection::vec(0.0f64..1e9, 0..20), seed in any::<u64>()) {
             let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
-            match pick_p2c(&loads, &mut rng) {
+            match pick(&loads, &mut rng) {
                 None => prop_assert!(loads.is_empty()),
                 Some(i) => prop_assert!(i < loads.len()),
             }

@@ -470,7 +470,7 @@ impl Pool {
     /// Power of two choices among `candidates` by their load (none computed for a single one).
     fn pick(&self, candidates: &[usize]) -> Option<usize> {
         let load = |k: usize| self.upstreams[candidates[k]].load();
-        let chosen = balance::pick_p2c_by(candidates.len(), load, &mut rand::thread_rng())?;
+        let chosen = balance::pick_p2c(candidates.len(), load, &mut rand::thread_rng())?;
         Some(candidates[chosen])
     }
 
