@@ -70,8 +70,26 @@ pub fn serve_config(args: &ServeArgs) -> anyhow::Result<Config> {
     Ok(config)
 }
 
+/// The signal that asked snowgate to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    Interrupt,
+    Terminate,
+}
+
+impl Stop {
+    /// The exit status of a process killed by this signal (128 + its number), used when a second
+    /// signal cuts a drain short.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Stop::Interrupt => 130,
+            Stop::Terminate => 143,
+        }
+    }
+}
+
 /// Waits for SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
+pub async fn shutdown_signal() -> Stop {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -87,21 +105,50 @@ pub async fn shutdown_signal() {
     #[cfg(not(unix))]
     let term = std::future::pending::<()>();
     tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
+        () = ctrl_c => Stop::Interrupt,
+        () = term => Stop::Terminate,
+    }
+}
+
+/// Takes SIGHUP over from its default action (which ends the process at once, with no drain):
+/// until the config reload exists, a hangup is logged and ignored.
+pub fn ignore_hangups() {
+    #[cfg(unix)]
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(mut hangups) => {
+            tokio::spawn(async move {
+                while hangups.recv().await.is_some() {
+                    tracing::warn!("SIGHUP ignored: snowgate cannot reload its config yet; restart it to apply changes");
+                }
+            });
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot handle SIGHUP"),
+    }
+}
+
+/// Serves until SIGINT or SIGTERM, then drains the gateway; a second SIGINT or SIGTERM during the
+/// drain exits at once (an operator who presses Ctrl-C twice means it).
+async fn serve_until_stopped(gateway: Gateway) {
+    let first = shutdown_signal().await;
+    tracing::info!(signal = ?first, "shutting down: draining (send the signal again to exit at once)");
+    tokio::select! {
+        () = gateway.shutdown() => {}
+        second = shutdown_signal() => {
+            tracing::warn!(signal = ?second, "second signal during the drain: exiting now");
+            std::process::exit(second.exit_code());
+        }
     }
 }
 
 /// `snowgate serve`.
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    ignore_hangups();
     let config = serve_config(&args)?;
     let gateway = Gateway::start(config).await?;
     // One plain line for scripts (and the drain test) to find the address in.
     println!("snowgate listening on {}", gateway.url());
     tracing::info!(addr = %gateway.addr(), "snowgate listening");
-    shutdown_signal().await;
-    tracing::info!("shutting down");
-    gateway.shutdown().await;
+    serve_until_stopped(gateway).await;
     Ok(())
 }
 
@@ -119,6 +166,7 @@ pub fn check(args: &CheckArgs) -> anyhow::Result<()> {
 
 /// `snowgate demo`: three simulated nodes of one network and the gateway in front of them.
 pub async fn demo(args: DemoArgs) -> anyhow::Result<()> {
+    ignore_hangups();
     let network = Network::start(crate::devnode::ChainConfig {
         network_id: 12345,
         seed: 1,
@@ -172,8 +220,7 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         "flaky: 10% HTTP 500, 2-22 ms latency",
     ];
     print_demo_help(&gateway.url(), &nodes, &names, &roles);
-    shutdown_signal().await;
-    gateway.shutdown().await;
+    serve_until_stopped(gateway).await;
     Ok(())
 }
 

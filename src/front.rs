@@ -213,6 +213,19 @@ mod cors {
     }
 }
 
+/// `GET /ext/health/liveness`: 200 for as long as the process serves, whatever the pool's state
+/// or a drain, so that a liveness probe never restarts a gateway because its nodes are down
+/// (readiness and `/ext/health` say whether it can serve calls).
+fn liveness(method: &Method) -> HttpResponse {
+    if method == Method::POST {
+        return text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "snowgate answers GET /ext/health/liveness\n",
+        );
+    }
+    json(StatusCode::OK, "{\"healthy\":true}\n")
+}
+
 impl Front {
     /// Answers one HTTP request from `peer`.
     pub async fn handle<B>(self: Arc<Self>, req: Request<B>, peer: SocketAddr) -> HttpResponse
@@ -241,10 +254,10 @@ impl Front {
         let path = req.uri().path().to_owned();
         let Some(family) = family_for_path(&path) else {
             return match path.as_str() {
-                "/ext/health"
-                | "/ext/health/health"
-                | "/ext/health/readiness"
-                | "/ext/health/liveness" => self.health(req.method()),
+                "/ext/health" | "/ext/health/health" | "/ext/health/readiness" => {
+                    self.health(req.method())
+                }
+                "/ext/health/liveness" => liveness(req.method()),
                 "/metrics" if req.method() == Method::GET => {
                     // moka counts its entries at maintenance: bring the cache's gauges up to date.
                     if let Some(cache) = &self.cache {
@@ -592,9 +605,10 @@ impl Front {
         let request_id = caller.request_id();
         match e.blame() {
             crate::error::Blame::Client => {
-                tracing::debug!(request_id, method, error = %e, "refused")
+                // Quoted as a whole: the error's text can carry a client's method name.
+                tracing::debug!(request_id, method, error = ?e.to_string(), "refused")
             }
-            _ => tracing::warn!(request_id, method, error = %e, "call failed"),
+            _ => tracing::warn!(request_id, method, error = ?e.to_string(), "call failed"),
         }
         if id.is_none() && e.status() == StatusCode::OK {
             // A notification gets no answer, as from a node.

@@ -63,6 +63,19 @@ impl Counter {
     }
 }
 
+/// The longest client request id kept.
+const MAX_REQUEST_ID: usize = 128;
+
+/// A client's `x-request-id` is kept only when it is a short token (letters, digits, `-_.:`, at
+/// most 128 bytes): enough for UUIDs, trace ids and the like, and nothing that can forge a log field.
+fn is_request_id_token(id: &[u8]) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_REQUEST_ID
+        && id
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
+}
+
 /// What a connection's watchdog needs to know, kept up to date by the connection's requests at
 /// the cost of a few relaxed atomics per request (no timer is armed per request).
 struct Activity {
@@ -312,18 +325,21 @@ fn http_service(
         .compress_when(SizeAbove::new(1024));
     tower::service_fn(move |mut req: Request<Incoming>| {
         let id = match req.headers().get(X_REQUEST_ID) {
-            Some(id) => id.clone(),
-            None => {
+            Some(id) if is_request_id_token(id.as_bytes()) => id.clone(),
+            _ => {
+                // None, or something that is not a short token: ours replaces it, so nothing a
+                // client wrote in it reaches a log line or another system.
                 let id = ids.next();
                 req.headers_mut().insert(X_REQUEST_ID, id.clone());
                 id
             }
         };
+        // Client-supplied values are logged quoted (`?`): a path cannot write fake fields.
         let span = tracing::debug_span!(
             "request",
-            id = %String::from_utf8_lossy(id.as_bytes()),
-            method = %req.method(),
-            path = %req.uri().path()
+            id = ?id,
+            method = ?req.method(),
+            path = ?req.uri().path()
         );
         let compress = req.headers().contains_key(header::ACCEPT_ENCODING);
         let handler = handler.clone();

@@ -100,3 +100,102 @@ async fn sigterm_drains_requests_in_flight_then_exits_zero() {
     assert!(gone.is_err(), "still accepting after exit");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+fn one_node_config(node_url: &str, extra: &str) -> String {
+    format!(
+        "[server]\ndrain_timeout = \"30s\"\n[health]\ninterval = \"200ms\"\ntimeout = \"1s\"\n\
+         [rate_limit]\nenabled = false\n{extra}\n[[upstreams]]\nname = \"n\"\nurl = \"{node_url}\"\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_is_logged_and_ignored() {
+    let node = DevNode::spawn(DevNodeConfig::default()).await.unwrap();
+    let mut served = binary::Served::start(&one_node_config(&node.url(), ""), "info");
+    served.signal("HUP");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        served.wait_exit(Duration::from_millis(10)).is_none(),
+        "SIGHUP ended the process"
+    );
+    let r = post(
+        &format!("{}/ext/bc/P", served.url),
+        &call("platform.getHeight", "{}"),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(served.logs().contains("SIGHUP ignored"), "{}", served.logs());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_during_the_drain_exits_at_once() {
+    let node = DevNode::spawn(DevNodeConfig {
+        block_interval: Duration::from_secs(60),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut served = binary::Served::start(&one_node_config(&node.url(), ""), "info");
+    // A request that keeps the drain waiting for 20 s.
+    node.control()
+        .update_faults(|f| f.latency = Duration::from_secs(20));
+    let url = format!("{}/ext/bc/P", served.url);
+    let slow = tokio::spawn(async move {
+        let _ = client()
+            .post(url)
+            .header("content-type", "application/json")
+            .body(call("platform.sampleValidators", r#"{"size":1}"#))
+            .send()
+            .await;
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    served.signal("TERM");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        served.wait_exit(Duration::from_millis(10)).is_none(),
+        "the first SIGTERM must drain, not exit"
+    );
+    let second = Instant::now();
+    served.signal("TERM");
+    let status = tokio::task::spawn_blocking(move || {
+        let s = served.wait_exit(Duration::from_secs(5));
+        (s, served)
+    })
+    .await
+    .unwrap();
+    let (status, served) = status;
+    let status = status.unwrap_or_else(|| panic!("still running 5 s after the second SIGTERM"));
+    assert_eq!(status.code(), Some(143), "{status:?}");
+    assert!(second.elapsed() < Duration::from_secs(5));
+    assert!(
+        served.logs().contains("second signal"),
+        "{}",
+        served.logs()
+    );
+    slow.abort();
+}
+
+#[tokio::test]
+async fn liveness_answers_200_while_no_node_can_serve() {
+    // Every node down: readiness and /ext/health say 503, liveness stays 200.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", dead.local_addr().unwrap());
+    drop(dead);
+    let cluster = Cluster::start(0, Duration::from_secs(60), |c| {
+        c.upstreams = vec![snowgate::config::UpstreamConfig {
+            name: "down".into(),
+            url,
+        }];
+    })
+    .await;
+    let get = |path: &str| {
+        let url = format!("{}{path}", cluster.url());
+        async move { client().get(url).send().await.unwrap() }
+    };
+    assert_eq!(get("/ext/health").await.status().as_u16(), 503);
+    assert_eq!(get("/ext/health/readiness").await.status().as_u16(), 503);
+    let live = get("/ext/health/liveness").await;
+    assert_eq!(live.status().as_u16(), 200);
+    let v: serde_json::Value = live.json().await.unwrap();
+    assert_eq!(v["healthy"], true);
+}

@@ -2,6 +2,8 @@
 //! the gateway in front, and a small HTTP client.
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod binary;
+
 use std::time::Duration;
 
 use snowgate::config::{Config, UpstreamConfig};
