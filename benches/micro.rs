@@ -21,7 +21,7 @@ use snowgate::cache::key::canonical_params;
 use snowgate::call::{Caller, RpcCall};
 use snowgate::config::{Config, UpstreamConfig};
 use snowgate::devnode::{DevNode, DevNodeConfig};
-use snowgate::front::Front;
+use snowgate::front::{ConnInfo, Front};
 use snowgate::methods::Registry;
 
 /// A devnode transaction ID, the shape and length of a real one.
@@ -116,8 +116,8 @@ fn request(body: &str) -> Request<Full<Bytes>> {
 }
 
 async fn answer(front: &Arc<Front>, body: &str) -> (String, Bytes) {
-    let peer = SocketAddr::from(([127, 0, 0, 1], 40000));
-    let resp = front.clone().handle(request(body), peer).await;
+    let conn = ConnInfo::new(SocketAddr::from(([127, 0, 0, 1], 40000)), &front.limits);
+    let resp = front.clone().handle(request(body), &conn).await;
     let cache = resp
         .headers()
         .get("x-cache")
@@ -156,12 +156,12 @@ fn cache_hit(c: &mut Criterion) {
     let (first, _) = rt.block_on(answer(&front, &body));
     let (second, bytes) = rt.block_on(answer(&front, &body));
     assert_eq!((first.as_str(), second.as_str()), ("MISS", "HIT"));
-    let peer = SocketAddr::from(([127, 0, 0, 1], 40000));
+    let conn = ConnInfo::new(SocketAddr::from(([127, 0, 0, 1], 40000)), &front.limits);
     let mut g = c.benchmark_group("cache_hit");
     g.throughput(Throughput::Bytes(bytes.len() as u64));
     g.bench_function("front.handle getTx (hit)", |b| {
         b.iter(|| {
-            let resp = rt.block_on(front.clone().handle(request(black_box(&body)), peer));
+            let resp = rt.block_on(front.clone().handle(request(black_box(&body)), &conn));
             black_box(resp)
         });
     });

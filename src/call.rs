@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::body::Chunks;
 use crate::jsonrpc::Json;
 use crate::methods::MethodSpec;
 
@@ -123,6 +124,31 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// The answer body for the client as [`Chunks`]: a large payload is sent as the shared bytes
+    /// with the client's envelope around them, never copied, so a cached answer is held once
+    /// however many clients are being sent it.
+    pub fn chunks(&self, id: Option<&[u8]>) -> Chunks {
+        if self.payload.len() <= crate::body::SHARE_ABOVE {
+            return Chunks::from(self.body(id));
+        }
+        let head: &'static [u8] = match self.kind {
+            AnswerKind::Result => b"{\"jsonrpc\":\"2.0\",\"result\":",
+            AnswerKind::Error => b"{\"jsonrpc\":\"2.0\",\"error\":",
+        };
+        let mut tail = Vec::with_capacity(16 + id.map_or(4, <[u8]>::len));
+        tail.extend_from_slice(b",\"id\":");
+        match id {
+            Some(id) => crate::jsonrpc::gojson::compact_into(&mut tail, id),
+            None => tail.extend_from_slice(b"null"),
+        }
+        tail.extend_from_slice(b"}\n");
+        Chunks::many([
+            Bytes::from_static(head),
+            self.payload.clone(),
+            Bytes::from(tail),
+        ])
+    }
+
     /// The answer body for the client: the node's layout with the client's id.
     pub fn body(&self, id: Option<&[u8]>) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.payload.len() + 48);
@@ -142,5 +168,31 @@ impl Answer {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_chunks_say_the_same_as_one_copied_body() {
+        for kind in [AnswerKind::Result, AnswerKind::Error] {
+            for size in [10, crate::body::SHARE_ABOVE + 1] {
+                let mut payload = vec![b'"'];
+                payload.resize(size - 1, b'a');
+                payload.push(b'"');
+                let answer = Answer {
+                    kind,
+                    payload: Bytes::from(payload),
+                    upstream: None,
+                    upstream_height: None,
+                    cache: CacheStatus::Hit,
+                };
+                for id in [Some(&b" { \"a\" : 1 }"[..]), Some(b"7"), None] {
+                    assert_eq!(answer.chunks(id).to_bytes(), answer.body(id));
+                }
+            }
+        }
     }
 }

@@ -90,6 +90,24 @@ pub struct LimitsConfig {
     pub request_deadline: Duration,
     /// Open client connections; beyond it a new connection gets 503 and is closed.
     pub max_connections: usize,
+    /// Open connections from one client address (an IPv4 address or an IPv6 /64); beyond it a new
+    /// connection from that address gets 503 and is closed. Peers in
+    /// `rate_limit.trusted_proxies` are exempt (a load balancer is many clients).
+    pub max_connections_per_ip: usize,
+    /// The whole request body must arrive within this long after its headers: else 408, and the
+    /// connection is closed.
+    #[serde(with = "humantime_serde")]
+    pub body_timeout: Duration,
+    /// An answer the client has not taken within this long (it stopped reading, or its HTTP/2
+    /// window stays shut) ends its connection.
+    #[serde(with = "humantime_serde")]
+    pub send_timeout: Duration,
+    /// Request body bytes one connection may have buffered at once (its HTTP/2 streams together);
+    /// further bytes wait for room, within `body_timeout`.
+    pub connection_body_bytes: usize,
+    /// Request body bytes buffered at once over all connections; further bytes wait for room,
+    /// within `body_timeout`.
+    pub total_body_bytes: usize,
 }
 
 impl Default for LimitsConfig {
@@ -104,6 +122,11 @@ impl Default for LimitsConfig {
             idle_timeout: Duration::from_secs(60),
             request_deadline: Duration::from_secs(10),
             max_connections: 10_000,
+            max_connections_per_ip: 64,
+            body_timeout: Duration::from_secs(10),
+            send_timeout: Duration::from_secs(30),
+            connection_body_bytes: 4 * 1024 * 1024,
+            total_body_bytes: 256 * 1024 * 1024,
         }
     }
 }
@@ -300,6 +323,7 @@ impl Config {
             ("limits.batch_concurrency", l.batch_concurrency),
             ("limits.response_bytes", l.response_bytes),
             ("limits.max_connections", l.max_connections),
+            ("limits.max_connections_per_ip", l.max_connections_per_ip),
         ] {
             if value == 0 {
                 return bad(key, "must be greater than zero");
@@ -315,9 +339,23 @@ impl Config {
             ("limits.header_timeout", l.header_timeout),
             ("limits.idle_timeout", l.idle_timeout),
             ("limits.request_deadline", l.request_deadline),
+            ("limits.body_timeout", l.body_timeout),
+            ("limits.send_timeout", l.send_timeout),
         ] {
             if value.is_zero() {
                 return bad(key, "must be greater than zero");
+            }
+        }
+        for (key, value) in [
+            ("limits.connection_body_bytes", l.connection_body_bytes),
+            ("limits.total_body_bytes", l.total_body_bytes),
+        ] {
+            // Room for one whole body, or a request could wait for room that never comes.
+            if value < l.body_bytes {
+                return bad(key, "must be at least limits.body_bytes");
+            }
+            if u32::try_from(value).is_err() {
+                return bad(key, "must be below 4 GiB");
             }
         }
         if l.request_deadline < f.request_timeout {

@@ -71,6 +71,16 @@ pub enum ProxyError {
     /// The upstream answered something that is not a valid JSON-RPC answer to our request.
     #[error("upstream {upstream} sent an invalid answer: {detail}")]
     BadUpstreamAnswer { upstream: String, detail: String },
+    /// A new connection over `limits.max_connections` (or, `per_address`, over
+    /// `limits.max_connections_per_ip` from one address): answered and closed at once.
+    #[error("too many open connections{}, retry later", if *per_address { " from this address" } else { "" })]
+    ConnectionLimit { per_address: bool },
+    /// The request body did not arrive within `limits.body_timeout`.
+    #[error("request body not received within {}", humantime::format_duration(*.0))]
+    BodyTimeout(std::time::Duration),
+    /// The request body is over `limits.body_bytes`.
+    #[error("request body larger than {0} bytes")]
+    BodyTooLarge(usize),
 }
 
 impl ProxyError {
@@ -80,13 +90,17 @@ impl ProxyError {
             ProxyError::UnknownMethod { .. }
             | ProxyError::WrongPath { .. }
             | ProxyError::Refused { .. } => -32601,
-            ProxyError::Ambiguous(_) | ProxyError::UnknownUpstream(_) => -32600,
+            ProxyError::Ambiguous(_)
+            | ProxyError::UnknownUpstream(_)
+            | ProxyError::BodyTimeout(_)
+            | ProxyError::BodyTooLarge(_) => -32600,
             ProxyError::RateLimited { .. } => -32005,
             ProxyError::Overloaded
             | ProxyError::NoHealthyUpstream
             | ProxyError::UpstreamTimeout { .. }
             | ProxyError::UpstreamUnavailable { .. }
-            | ProxyError::BadUpstreamAnswer { .. } => -32603,
+            | ProxyError::BadUpstreamAnswer { .. }
+            | ProxyError::ConnectionLimit { .. } => -32603,
         }
     }
 
@@ -99,9 +113,11 @@ impl ProxyError {
             | ProxyError::Ambiguous(_)
             | ProxyError::UnknownUpstream(_) => StatusCode::OK,
             ProxyError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            ProxyError::NoHealthyUpstream | ProxyError::Overloaded => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ProxyError::NoHealthyUpstream
+            | ProxyError::Overloaded
+            | ProxyError::ConnectionLimit { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            ProxyError::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::UpstreamUnavailable { .. } | ProxyError::BadUpstreamAnswer { .. } => {
                 StatusCode::BAD_GATEWAY
@@ -117,8 +133,13 @@ impl ProxyError {
             | ProxyError::Refused { .. }
             | ProxyError::Ambiguous(_)
             | ProxyError::UnknownUpstream(_)
-            | ProxyError::RateLimited { .. } => Blame::Client,
-            ProxyError::NoHealthyUpstream | ProxyError::Overloaded => Blame::Proxy,
+            | ProxyError::RateLimited { .. }
+            | ProxyError::BodyTimeout(_)
+            | ProxyError::BodyTooLarge(_)
+            | ProxyError::ConnectionLimit { per_address: true } => Blame::Client,
+            ProxyError::NoHealthyUpstream
+            | ProxyError::Overloaded
+            | ProxyError::ConnectionLimit { per_address: false } => Blame::Proxy,
             ProxyError::UpstreamTimeout { .. }
             | ProxyError::UpstreamUnavailable { .. }
             | ProxyError::BadUpstreamAnswer { .. } => Blame::Upstream,
@@ -137,6 +158,9 @@ impl ProxyError {
             ProxyError::UpstreamTimeout { .. } => "upstream_timeout",
             ProxyError::UpstreamUnavailable { .. } => "upstream_unavailable",
             ProxyError::BadUpstreamAnswer { .. } => "bad_upstream_answer",
+            ProxyError::ConnectionLimit { .. } => "connection_limit",
+            ProxyError::BodyTimeout(_) => "body_timeout",
+            ProxyError::BodyTooLarge(_) => "body_too_large",
         }
     }
 
@@ -153,6 +177,29 @@ impl ProxyError {
     /// The JSON-RPC error body (node layout) with the client's raw id.
     pub fn body(&self, id: Option<&[u8]>) -> Vec<u8> {
         crate::jsonrpc::response::error(self.code(), &self.to_string(), None, id)
+    }
+
+    /// A whole HTTP/1.1 answer carrying this error, for the few places that must write to a socket
+    /// before hyper serves it (a connection refused at accept). Framed from the body's real
+    /// length, and closing the connection.
+    pub fn raw_http1(&self) -> Vec<u8> {
+        let body = self.body(None);
+        let status = self.status();
+        let mut out = format!(
+            "HTTP/1.1 {} {}\r\ncontent-type: application/json; charset=utf-8\r\n",
+            status.as_u16(),
+            status.canonical_reason().unwrap_or("")
+        );
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            out.push_str("retry-after: 1\r\n");
+        }
+        out.push_str(&format!(
+            "connection: close\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        ));
+        let mut out = out.into_bytes();
+        out.extend_from_slice(&body);
+        out
     }
 }
 

@@ -6,17 +6,21 @@
 //! `GET /ext/health` (the pool's state), `GET /metrics`, the admin purge endpoint; everything else
 //! 404. Only what is parsed here is forwarded: the client's headers and bytes never reach a node.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
 use http::header::HeaderName;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::BodyExt;
+use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
+use crate::body::Chunks;
 use crate::call::{AnswerKind, Caller, RpcCall};
 use crate::config::LimitsConfig;
 use crate::error::ProxyError;
@@ -50,9 +54,117 @@ pub struct Front {
     pub limits: LimitsConfig,
     /// Set on SIGTERM: `/ext/health` answers 503 and connections are closed after their answer.
     pub draining: Arc<AtomicBool>,
+    /// Room for request bodies over all connections (`limits.total_body_bytes`).
+    pub body_room: Semaphore,
 }
 
-type HttpResponse = Response<Full<Bytes>>;
+/// What the front knows of the connection a request came on.
+pub struct ConnInfo {
+    /// The client's socket address.
+    pub peer: SocketAddr,
+    /// Room for this connection's request bodies (`limits.connection_body_bytes`): its HTTP/2
+    /// streams together cannot buffer more.
+    body_room: Semaphore,
+}
+
+impl ConnInfo {
+    pub fn new(peer: SocketAddr, limits: &LimitsConfig) -> ConnInfo {
+        ConnInfo {
+            peer,
+            body_room: Semaphore::new(limits.connection_body_bytes),
+        }
+    }
+}
+
+/// The body room of one request, held until its answer is made (the body's bytes live that long)
+/// and given back on drop.
+struct BodyRoom<'a> {
+    conn: &'a Semaphore,
+    total: &'a Semaphore,
+    held: u32,
+}
+
+impl<'a> BodyRoom<'a> {
+    /// Takes room for `n` more bytes, waiting for it while the connection or the gateway is full.
+    /// Cancel-safe: room is counted as held only once both are taken.
+    async fn take(&mut self, n: usize) -> Result<(), BodyError> {
+        let n = u32::try_from(n).map_err(|_| BodyError::TooLarge)?;
+        if n == 0 {
+            return Ok(());
+        }
+        let conn = room(self.conn, n).await?;
+        let total = room(self.total, n).await?;
+        conn.forget();
+        total.forget();
+        self.held = self.held.saturating_add(n);
+        Ok(())
+    }
+}
+
+/// `n` permits of `room`, at once when free (the common case takes no place in the wait queue).
+async fn room(room: &Semaphore, n: u32) -> Result<tokio::sync::SemaphorePermit<'_>, BodyError> {
+    match room.try_acquire_many(n) {
+        Ok(permit) => Ok(permit),
+        Err(_) => room.acquire_many(n).await.map_err(|_| BodyError::Broken),
+    }
+}
+
+impl Drop for BodyRoom<'_> {
+    fn drop(&mut self) {
+        self.conn.add_permits(self.held as usize);
+        self.total.add_permits(self.held as usize);
+    }
+}
+
+/// Why a request body could not be read.
+enum BodyError {
+    TooLarge,
+    Timeout,
+    /// The client broke off, or sent a malformed body.
+    Broken,
+}
+
+/// Reads a whole request body of at most `limit` bytes, taking room for it as it arrives. A body
+/// that arrives in one piece (the usual case) is kept as it is, without a copy.
+async fn collect_body<B>(body: B, limit: usize, room: &mut BodyRoom<'_>) -> Result<Bytes, BodyError>
+where
+    B: http_body::Body<Data = Bytes>,
+{
+    let mut body = std::pin::pin!(body);
+    if usize::try_from(body.size_hint().lower()).unwrap_or(usize::MAX) > limit {
+        // A declared length over the limit is refused before a byte is read.
+        return Err(BodyError::TooLarge);
+    }
+    let mut first: Option<Bytes> = None;
+    let mut joined: Vec<u8> = Vec::new();
+    let mut total = 0usize;
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else {
+            return Err(BodyError::Broken);
+        };
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers: not part of the body
+        };
+        total = total.saturating_add(data.len());
+        if total > limit {
+            return Err(BodyError::TooLarge);
+        }
+        room.take(data.len()).await?;
+        match first.take() {
+            None if joined.is_empty() => first = Some(data),
+            held => {
+                if let Some(held) = held {
+                    joined.reserve(held.len() + data.len());
+                    joined.extend_from_slice(&held);
+                }
+                joined.extend_from_slice(&data);
+            }
+        }
+    }
+    Ok(first.unwrap_or_else(|| Bytes::from(joined)))
+}
+
+type HttpResponse = Response<Chunks>;
 
 /// The header that carries a request's id, both ways.
 pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -61,8 +173,8 @@ pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-i
 /// one allocated, on every insert.
 const X_CACHE: HeaderName = HeaderName::from_static("x-cache");
 
-fn text(status: StatusCode, body: impl Into<Bytes>) -> HttpResponse {
-    let mut r = Response::new(Full::new(body.into()));
+fn text(status: StatusCode, body: impl Into<Chunks>) -> HttpResponse {
+    let mut r = Response::new(body.into());
     *r.status_mut() = status;
     r.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -71,8 +183,8 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> HttpResponse {
     r
 }
 
-fn json(status: StatusCode, body: impl Into<Bytes>) -> HttpResponse {
-    let mut r = Response::new(Full::new(body.into()));
+fn json(status: StatusCode, body: impl Into<Chunks>) -> HttpResponse {
+    let mut r = Response::new(body.into());
     *r.status_mut() = status;
     r.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -83,13 +195,13 @@ fn json(status: StatusCode, body: impl Into<Bytes>) -> HttpResponse {
 
 /// HTTP 200 with an empty body: what a node answers to a notification.
 fn empty() -> HttpResponse {
-    Response::new(Full::new(Bytes::new()))
+    Response::new(Chunks::default())
 }
 
 /// What one call (single or inside a batch) comes to.
 struct Outcome {
     /// The JSON-RPC answer (with its trailing newline); `None` for a notification.
-    body: Option<Vec<u8>>,
+    body: Option<Chunks>,
     status: StatusCode,
     retry_after: Option<u64>,
     cache: Option<&'static str>,
@@ -107,7 +219,7 @@ impl Outcome {
 
     fn error(e: &ProxyError, id: Option<&[u8]>) -> Outcome {
         Outcome {
-            body: Some(e.body(id)),
+            body: Some(e.body(id).into()),
             status: e.status(),
             retry_after: match e {
                 ProxyError::RateLimited { retry_after_secs } => Some(*retry_after_secs),
@@ -119,7 +231,7 @@ impl Outcome {
 
     fn rpc_error(code: i64, message: &str, data: Option<&str>, id: Option<&[u8]>) -> Outcome {
         Outcome {
-            body: Some(response::error(code, message, data, id)),
+            body: Some(response::error(code, message, data, id).into()),
             status: StatusCode::OK,
             retry_after: None,
             cache: None,
@@ -227,8 +339,8 @@ fn liveness(method: &Method) -> HttpResponse {
 }
 
 impl Front {
-    /// Answers one HTTP request from `peer`.
-    pub async fn handle<B>(self: Arc<Self>, req: Request<B>, peer: SocketAddr) -> HttpResponse
+    /// Answers one HTTP request that came on `conn`.
+    pub async fn handle<B>(self: Arc<Self>, req: Request<B>, conn: &ConnInfo) -> HttpResponse
     where
         B: http_body::Body<Data = Bytes> + Send,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -237,7 +349,7 @@ impl Front {
             return r;
         }
         let has_origin = req.headers().contains_key(header::ORIGIN);
-        let mut r = self.route(req, peer).await;
+        let mut r = self.route(req, conn).await;
         cors::decorate(has_origin, &mut r);
         if self.draining.load(Ordering::Relaxed) {
             r.headers_mut()
@@ -246,7 +358,7 @@ impl Front {
         r
     }
 
-    async fn route<B>(&self, req: Request<B>, peer: SocketAddr) -> HttpResponse
+    async fn route<B>(&self, req: Request<B>, conn: &ConnInfo) -> HttpResponse
     where
         B: http_body::Body<Data = Bytes> + Send,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -301,24 +413,50 @@ impl Front {
                 text(StatusCode::UNSUPPORTED_MEDIA_TYPE, msg),
             );
         }
-        let caller = self.caller(req.headers(), peer);
+        let caller = self.caller(req.headers(), conn.peer);
         let limit = self.limits.body_bytes;
-        let body = match Limited::new(req.into_body(), limit).collect().await {
-            Ok(b) => b.to_bytes(),
-            Err(e) => {
-                if e.is::<http_body_util::LengthLimitError>() {
-                    let msg = format!("request body larger than {limit} bytes");
-                    let body = response::error(-32600, &msg, None, None);
-                    return self
-                        .reject("body_too_large", json(StatusCode::PAYLOAD_TOO_LARGE, body));
-                }
+        // Held until the answer is made: the body's bytes live that long.
+        let mut room = BodyRoom {
+            conn: &conn.body_room,
+            total: &self.body_room,
+            held: 0,
+        };
+        let body = {
+            let read = collect_body(req.into_body(), limit, &mut room);
+            let mut read = std::pin::pin!(read);
+            // Most bodies arrive with their headers: a timer is armed only for one that has not.
+            match std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
+                Poll::Ready(read) => read,
+                Poll::Pending => tokio::time::timeout(self.limits.body_timeout, read)
+                    .await
+                    .unwrap_or(Err(BodyError::Timeout)),
+            }
+        };
+        let body = match body {
+            Ok(body) => body,
+            Err(BodyError::TooLarge) => {
+                let e = ProxyError::BodyTooLarge(limit);
+                return self.reject(e.outcome(), json(e.status(), e.body(None)));
+            }
+            Err(BodyError::Timeout) => {
+                let e = ProxyError::BodyTimeout(self.limits.body_timeout);
+                tracing::debug!(request_id = caller.request_id(), peer = %conn.peer, "request body timed out");
+                let mut r = json(e.status(), e.body(None));
+                // The rest of the body may still come: the connection cannot be reused.
+                r.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                return self.reject(e.outcome(), r);
+            }
+            Err(BodyError::Broken) => {
                 return self.reject(
                     "body_error",
                     text(StatusCode::BAD_REQUEST, "bad request body\n"),
                 );
             }
         };
-        self.rpc(family, &path, &body, &caller).await
+        let answer = self.rpc(family, &path, &body, &caller).await;
+        drop(room);
+        answer
     }
 
     /// Who is calling: admin or not, pinning, and whose quota pays.
@@ -488,17 +626,11 @@ impl Front {
             .collect()
             .await;
         let retry_after = outcomes.iter().filter_map(|o| o.retry_after).max();
-        let mut out = Vec::with_capacity(outcomes.len() * 64);
-        for body in outcomes.into_iter().filter_map(|o| o.body) {
-            out.push(if out.is_empty() { b'[' } else { b',' });
-            let trimmed = body.strip_suffix(b"\n").unwrap_or(&body);
-            out.extend_from_slice(trimmed);
-        }
-        if out.is_empty() {
-            return empty();
-        }
-        out.extend_from_slice(b"]\n");
-        let mut r = json(StatusCode::OK, out);
+        let r = match join_batch(outcomes.into_iter().filter_map(|o| o.body)) {
+            Some(body) => json(StatusCode::OK, body),
+            None => return empty(),
+        };
+        let mut r = r;
         if let Some(secs) = retry_after {
             r.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
@@ -575,7 +707,7 @@ impl Front {
                 };
                 self.count(Some(&spec), outcome);
                 Outcome {
-                    body: client_id.as_deref().map(|id| answer.body(Some(id))),
+                    body: client_id.as_deref().map(|id| answer.chunks(Some(id))),
                     status: StatusCode::OK,
                     retry_after: None,
                     cache: Some(answer.cache.header()),
@@ -616,4 +748,41 @@ impl Front {
         }
         Outcome::error(&e, id)
     }
+}
+
+/// A batch's answer: the calls' answers as one JSON array (`None` when every call was a
+/// notification). Small answers are copied into one buffer; large ones stay shared chunks.
+fn join_batch(bodies: impl Iterator<Item = Chunks>) -> Option<Chunks> {
+    let mut parts: Vec<Bytes> = Vec::new();
+    let mut small: Vec<u8> = Vec::new();
+    let mut any = false;
+    for body in bodies {
+        small.push(if any { b',' } else { b'[' });
+        any = true;
+        let mut pieces = body.into_parts();
+        // Each answer ends with a newline, which the array does not keep.
+        if let Some(last) = pieces.last_mut() {
+            if last.ends_with(b"\n") {
+                *last = last.slice(..last.len() - 1);
+            }
+        }
+        for piece in pieces {
+            if piece.len() > crate::body::SHARE_ABOVE {
+                parts.push(Bytes::from(std::mem::take(&mut small)));
+                parts.push(piece);
+            } else {
+                small.extend_from_slice(&piece);
+            }
+        }
+    }
+    if !any {
+        return None;
+    }
+    small.extend_from_slice(b"]\n");
+    parts.push(Bytes::from(small));
+    Some(if parts.len() == 1 {
+        Chunks::from(parts.remove(0))
+    } else {
+        Chunks::many(parts)
+    })
 }

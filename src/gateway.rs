@@ -49,6 +49,7 @@ impl Gateway {
             listener,
             parts.front,
             config.limits.clone(),
+            config.rate_limit.trusted_proxies.clone(),
             shutdown,
             config.server.drain_timeout,
         ));
@@ -179,6 +180,7 @@ pub async fn assemble(
         metrics: metrics.clone(),
         limits: config.limits.clone(),
         draining: draining.clone(),
+        body_room: tokio::sync::Semaphore::new(config.limits.total_body_bytes),
     });
     Ok(Parts {
         front,

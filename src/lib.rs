@@ -14,6 +14,7 @@
 //!
 //! [`devnode`] is the simulated avalanchego that tests, benchmarks and the demo run against.
 
+pub mod body;
 pub mod cache;
 pub mod call;
 pub mod cli;

@@ -10,35 +10,56 @@
 //! * `idle_timeout`: a connection (HTTP/1.1 or HTTP/2) with no request in flight for this long is
 //!   closed gracefully.
 //!
-//! Both are enforced by one watchdog task per connection that sleeps until the next deadline, not
+//! * `send_timeout`: an answer the client has not taken within it (its socket stays full, or its
+//!   HTTP/2 window stays shut) ends the connection, so a client that stops reading cannot pin
+//!   memory or a connection slot;
+//! * `max_connections_per_ip`: past it, a new connection from that address (an IPv4 address or an
+//!   IPv6 /64) is answered 503 and closed; trusted proxies are exempt;
+//! * HTTP/2: at most [`H2_MAX_STREAMS`] concurrent streams, windows of [`H2_STREAM_WINDOW`] per
+//!   stream and [`H2_CONN_WINDOW`] per connection; the request bodies a connection buffers are
+//!   bounded by the front (`connection_body_bytes`, `total_body_bytes`, `body_timeout`).
+//!
+//! They are enforced by one watchdog task per connection that sleeps until the next deadline, not
 //! by a timer per request.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use futures_util::task::AtomicWaker;
 use http::header;
 use http::{HeaderValue, Request, Response};
-use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
+use ipnet::IpNet;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tower::{Layer, Service, ServiceExt};
 use tower_http::compression::predicate::SizeAbove;
 use tower_http::compression::{CompressionBody, CompressionLayer};
 use tracing::Instrument;
 
+use crate::body::Chunks;
 use crate::config::LimitsConfig;
-use crate::front::{Front, X_REQUEST_ID};
+use crate::error::ProxyError;
+use crate::front::{ConnInfo, Front, X_REQUEST_ID};
+
+/// HTTP/2: streams one connection may have open at once (hyper's default is 200). With the
+/// windows below, what one connection can make snowgate hold is a few MiB.
+pub const H2_MAX_STREAMS: u32 = 64;
+/// HTTP/2: the receive window of one stream.
+pub const H2_STREAM_WINDOW: u32 = 256 * 1024;
+/// HTTP/2: the receive window of one connection, all its streams together.
+pub const H2_CONN_WINDOW: u32 = 1024 * 1024;
 
 /// Request ids: a per-process counter in hex, short and unique enough to grep logs by.
 #[derive(Clone, Default)]
@@ -87,11 +108,23 @@ struct Activity {
     requests: AtomicU64,
     /// Set once a request arrives over HTTP/2, where the header timeout does not apply.
     http2: AtomicBool,
-    /// Set by the watchdog when the connection should close gracefully.
-    close: AtomicBool,
-    /// The connection task, woken when `close` is set.
+    /// [`OPEN`], [`CLOSE`] (finish the answers in flight, then close) or [`ABORT`] (drop it now).
+    state: AtomicU8,
+    /// The connection task, woken when `state` changes.
     waker: AtomicWaker,
+    /// Answer bodies made and not yet taken by hyper.
+    answers: AtomicUsize,
+    /// Milliseconds from `started` to the moment an answer was last taken, or the first of the
+    /// answers now outstanding was made (whichever is later): the connection's last progress.
+    answer_progress_ms: AtomicU64,
+    /// Milliseconds from `started` (plus one, so zero means "not blocked") to the first write the
+    /// socket refused since it was last flushed: the client has stopped reading since then.
+    write_blocked_ms: AtomicU64,
 }
+
+const OPEN: u8 = 0;
+const CLOSE: u8 = 1;
+const ABORT: u8 = 2;
 
 impl Activity {
     fn new() -> Activity {
@@ -101,8 +134,11 @@ impl Activity {
             last_ms: AtomicU64::new(0),
             requests: AtomicU64::new(0),
             http2: AtomicBool::new(false),
-            close: AtomicBool::new(false),
+            state: AtomicU8::new(OPEN),
             waker: AtomicWaker::new(),
+            answers: AtomicUsize::new(0),
+            answer_progress_ms: AtomicU64::new(0),
+            write_blocked_ms: AtomicU64::new(0),
         }
     }
 
@@ -121,24 +157,235 @@ impl Activity {
 
     /// Asks the connection task to close gracefully.
     fn close(&self) {
-        self.close.store(true, Ordering::Release);
+        let _ = self
+            .state
+            .compare_exchange(OPEN, CLOSE, Ordering::AcqRel, Ordering::Acquire);
         self.waker.wake();
     }
 
-    /// Ready once [`Activity::close`] has been called: polled on every wake of the connection
-    /// task, so it is an atomic load and a waker check, where a timer would be a timer-wheel visit.
-    fn closed(&self) -> impl Future<Output = ()> + '_ {
+    /// Asks the connection task to drop the connection now, answers unsent or not.
+    fn abort(&self) {
+        self.state.store(ABORT, Ordering::Release);
+        self.waker.wake();
+    }
+
+    /// Ready once the state is at least `level`: polled on every wake of the connection task, so
+    /// it is an atomic load and a waker check, where a timer would be a timer-wheel visit.
+    fn reached(&self, level: u8) -> impl Future<Output = ()> + '_ {
         std::future::poll_fn(move |cx| {
-            if self.close.load(Ordering::Acquire) {
+            if self.state.load(Ordering::Acquire) >= level {
                 return Poll::Ready(());
             }
             self.waker.register(cx.waker());
-            if self.close.load(Ordering::Acquire) {
+            if self.state.load(Ordering::Acquire) >= level {
                 Poll::Ready(())
             } else {
                 Poll::Pending
             }
         })
+    }
+
+    /// An answer body was made.
+    fn answer_made(&self) {
+        if self.answers.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.answer_progress_ms
+                .store(self.now_ms(), Ordering::Relaxed);
+        }
+    }
+
+    /// An answer body was taken (or dropped).
+    fn answer_taken(&self) {
+        self.answer_progress_ms
+            .store(self.now_ms(), Ordering::Relaxed);
+        self.answers.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// How long the connection has held answers the client does not take: outstanding bodies with
+    /// no progress, or a socket that refuses writes.
+    fn stalled_for(&self) -> Duration {
+        let now = self.now_ms();
+        let mut since = None;
+        if self.answers.load(Ordering::Acquire) > 0 {
+            since = Some(self.answer_progress_ms.load(Ordering::Relaxed));
+        }
+        let blocked = self.write_blocked_ms.load(Ordering::Relaxed);
+        if blocked != 0 {
+            let blocked = blocked - 1;
+            since = Some(since.map_or(blocked, |s: u64| s.min(blocked)));
+        }
+        since.map_or(Duration::ZERO, |s| {
+            Duration::from_millis(now.saturating_sub(s))
+        })
+    }
+}
+
+/// The client's socket, noting when it stops taking what is written (for `send_timeout`).
+///
+/// A write the kernel refuses (the client's window and our send buffer are full) marks the
+/// connection blocked; the flush hyper makes once everything it had is written clears it.
+struct WatchedIo {
+    inner: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl WatchedIo {
+    fn note<T>(&self, poll: Poll<T>) -> Poll<T> {
+        if poll.is_pending() && self.activity.write_blocked_ms.load(Ordering::Relaxed) == 0 {
+            self.activity
+                .write_blocked_ms
+                .store(self.activity.now_ms() + 1, Ordering::Relaxed);
+        }
+        poll
+    }
+}
+
+impl AsyncRead for WatchedIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for WatchedIo {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.note(poll)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.note(poll)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let poll = Pin::new(&mut self.inner).poll_flush(cx);
+        if poll.is_ready() {
+            self.activity.write_blocked_ms.store(0, Ordering::Relaxed);
+        }
+        poll
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// An answer body that counts itself outstanding on its connection until hyper has taken its last
+/// byte (or dropped it), for `send_timeout`.
+pub struct Tracked<B> {
+    inner: B,
+    activity: Option<Arc<Activity>>,
+}
+
+impl<B> Tracked<B> {
+    fn new(inner: B, activity: Arc<Activity>) -> Tracked<B> {
+        activity.answer_made();
+        Tracked {
+            inner,
+            activity: Some(activity),
+        }
+    }
+
+    fn done(&mut self) {
+        if let Some(a) = self.activity.take() {
+            a.answer_taken();
+        }
+    }
+}
+
+impl<B> Drop for Tracked<B> {
+    fn drop(&mut self) {
+        self.done();
+    }
+}
+
+impl<B: http_body::Body + Unpin> http_body::Body for Tracked<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
+        let poll = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(frame) = &poll {
+            if frame.is_none() || self.inner.is_end_stream() {
+                self.done();
+            } else if let Some(a) = &self.activity {
+                // Progress: the client is taking this answer.
+                a.answer_progress_ms.store(a.now_ms(), Ordering::Relaxed);
+            }
+        }
+        poll
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Open connections per client address, for `max_connections_per_ip`.
+struct PerIp {
+    limit: usize,
+    exempt: Vec<IpNet>,
+    open: parking_lot::Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One connection's place in [`PerIp`], given back on drop.
+struct IpSlot {
+    table: Arc<PerIp>,
+    ip: IpAddr,
+}
+
+impl PerIp {
+    /// A place for a new connection from `peer`; `None` when its address is at the limit. Peers
+    /// that are trusted proxies need none.
+    fn admit(table: &Arc<PerIp>, peer: IpAddr) -> Result<Option<IpSlot>, ()> {
+        let ip = crate::ratelimit::client::group(crate::ratelimit::client::canonical(peer));
+        if table.exempt.iter().any(|net| net.contains(&ip)) {
+            return Ok(None);
+        }
+        let mut open = table.open.lock();
+        let count = open.entry(ip).or_insert(0);
+        if *count >= table.limit {
+            return Err(());
+        }
+        *count += 1;
+        Ok(Some(IpSlot {
+            table: table.clone(),
+            ip,
+        }))
+    }
+}
+
+impl Drop for IpSlot {
+    fn drop(&mut self) {
+        let mut open = self.table.open.lock();
+        if let Some(count) = open.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.ip);
+            }
+        }
     }
 }
 
@@ -148,17 +395,26 @@ impl Activity {
 ///   a request's headers, counted from the end of the previous request (or from the accept). A
 ///   client trickling its headers is cut off this way, and so is a keep-alive connection waiting
 ///   for its next request, as hyper's own header-read timer would do;
-/// * or the server is shutting down.
+/// * or the server is shutting down;
+///
+/// and drops it at once when it has held answers the client does not take for `send`.
 ///
 /// It sleeps until the earliest deadline and looks again, so a busy connection costs it one
-/// wake per `header` period, and the request path arms no timer.
+/// wake per `header` period (a quarter of `send` at most), and the request path arms no timer.
 async fn watchdog(
     activity: Arc<Activity>,
     mut closing: watch::Receiver<bool>,
     header: Duration,
     idle: Duration,
+    send: Duration,
 ) {
     loop {
+        let stalled = activity.stalled_for();
+        if stalled >= send {
+            tracing::debug!(stalled = ?stalled, "closing a connection whose client does not take its answers");
+            activity.abort();
+            return;
+        }
         let limit = if activity.http2.load(Ordering::Relaxed) {
             idle
         } else {
@@ -170,7 +426,10 @@ async fn watchdog(
             break;
         }
         // While a request runs, the deadline is at least `limit` after it ends.
-        let wait = limit - idle_for;
+        let wait = (limit - idle_for)
+            .min(send - stalled)
+            .min(send / 4)
+            .max(Duration::from_millis(1));
         tokio::select! {
             changed = closing.changed() => {
                 // The server is closing (or gone): stop watching either way.
@@ -183,19 +442,27 @@ async fn watchdog(
     activity.close();
 }
 
-/// The answer to a connection over `max_connections`: written raw, then the socket is closed.
-const OVERLOADED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json; charset=utf-8\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: 110\r\n\r\n{\"jsonrpc\":\"2.0\",\"error\":{\"code\":-32603,\"message\":\"too many open connections, retry later\",\"data\":null},\"id\":null}\n";
-
 /// Serves `front` on `listener` until `shutdown` completes, then drains for at most `drain`:
 /// connections finish the requests they have in flight and close; the rest are cut at the deadline.
+///
+/// `trusted` are the proxies (`rate_limit.trusted_proxies`) exempt from `max_connections_per_ip`.
 pub async fn run(
     listener: TcpListener,
     front: Arc<Front>,
     limits: LimitsConfig,
+    trusted: Vec<IpNet>,
     shutdown: impl Future<Output = ()>,
     drain: Duration,
 ) {
     let ids = Counter::default();
+    // The answers to connections over a limit, written before hyper serves them.
+    let too_many = Arc::new(ProxyError::ConnectionLimit { per_address: false }.raw_http1());
+    let too_many_here = Arc::new(ProxyError::ConnectionLimit { per_address: true }.raw_http1());
+    let per_ip = Arc::new(PerIp {
+        limit: limits.max_connections_per_ip,
+        exempt: trusted,
+        open: parking_lot::Mutex::new(HashMap::new()),
+    });
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -204,7 +471,12 @@ pub async fn run(
         // The header timeout is the watchdog's (see [`watchdog`]): hyper's own would arm a timer
         // for every request.
         .header_read_timeout(None);
-    builder.http2().timer(TokioTimer::new());
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(H2_MAX_STREAMS)
+        .initial_stream_window_size(H2_STREAM_WINDOW)
+        .initial_connection_window_size(H2_CONN_WINDOW);
     let builder = Arc::new(builder);
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     // Every connection task holds a receiver; the sender sees when all are gone.
@@ -223,44 +495,75 @@ pub async fn run(
             },
             () = &mut shutdown => break,
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            tracing::warn!(%peer, "connection refused: max_connections reached");
-            tokio::spawn(async move {
-                let _ = stream.write_all(OVERLOADED).await;
-                let _ = stream.shutdown().await;
-            });
-            continue;
+        let refusal = match permits.clone().try_acquire_owned() {
+            Err(_) => {
+                tracing::warn!(%peer, "connection refused: max_connections reached");
+                Err(too_many.clone())
+            }
+            Ok(permit) => match PerIp::admit(&per_ip, peer.ip()) {
+                Ok(slot) => Ok((permit, slot)),
+                Err(()) => {
+                    tracing::debug!(%peer, "connection refused: max_connections_per_ip reached");
+                    Err(too_many_here.clone())
+                }
+            },
+        };
+        let (permit, ip_slot) = match refusal {
+            Ok(admitted) => admitted,
+            Err(answer) => {
+                tokio::spawn(async move {
+                    // Bounded: a client that does not read cannot keep this task.
+                    let write = async {
+                        let _ = stream.write_all(&answer).await;
+                        let _ = stream.shutdown().await;
+                    };
+                    let _ = tokio::time::timeout(Duration::from_secs(1), write).await;
+                });
+                continue;
+            }
         };
         let _ = stream.set_nodelay(true);
         let activity = Arc::new(Activity::new());
-        let service = http_service(front.clone(), peer, ids.clone(), activity.clone());
+        let conn_info = Arc::new(ConnInfo::new(peer, &limits));
+        let service = http_service(front.clone(), conn_info, ids.clone(), activity.clone());
         let builder = builder.clone();
         let watching = tokio::spawn(watchdog(
             activity.clone(),
             closing_rx.clone(),
             limits.header_timeout,
             limits.idle_timeout,
+            limits.send_timeout,
         ));
         // The connection task holds a receiver too, so the drain below waits for it.
         let closing = closing_rx.clone();
         tokio::spawn(async move {
-            let _permit = permit;
+            let _permits = (permit, ip_slot);
             let hyper_service = hyper_util::service::TowerToHyperService::new(service);
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), hyper_service);
+            let io = WatchedIo {
+                inner: stream,
+                activity: activity.clone(),
+            };
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), hyper_service);
             tokio::pin!(conn);
             let result = tokio::select! {
                 biased;
                 result = conn.as_mut() => result,
-                () = activity.closed() => {
-                    if activity.requests.load(Ordering::Relaxed) == 0 {
+                () = activity.reached(CLOSE) => {
+                    if activity.requests.load(Ordering::Relaxed) == 0
+                        || activity.state.load(Ordering::Acquire) == ABORT
+                    {
                         // No request yet, so no answer to finish: cut it. (hyper's graceful
                         // shutdown would wait for a first request whose head is half sent.)
                         Ok(())
                     } else {
-                        // An answer being written is finished first; a connection waiting for
-                        // its next request, or half-way through its head, closes at once.
+                        // An answer being written is finished first (within `send_timeout`); a
+                        // connection waiting for its next request, or half-way through its head,
+                        // closes at once.
                         conn.as_mut().graceful_shutdown();
-                        conn.await
+                        tokio::select! {
+                            result = conn.as_mut() => result,
+                            () = activity.reached(ABORT) => Ok(()),
+                        }
                     }
                 }
             };
@@ -280,9 +583,10 @@ pub async fn run(
     }
 }
 
-/// The response body: the front's bytes as they are, or gzip-compressed for a client that accepts
-/// it. An enum rather than a boxed trait object: no allocation per response.
-pub type Body = http_body_util::Either<Full<Bytes>, CompressionBody<Full<Bytes>>>;
+/// The response body: the front's chunks as they are, or gzip-compressed for a client that accepts
+/// it, counted outstanding until taken. An enum rather than a boxed trait object: no allocation
+/// per response.
+pub type Body = Tracked<http_body_util::Either<Chunks, CompressionBody<Chunks>>>;
 
 /// The HTTP layers around the front, built per connection (cloned per request: three `Arc`s).
 ///
@@ -296,15 +600,17 @@ pub type Body = http_body_util::Either<Full<Bytes>, CompressionBody<Full<Bytes>>
 ///   (answers under 1 KiB are not worth the CPU).
 fn http_service(
     front: Arc<Front>,
-    peer: SocketAddr,
+    conn: Arc<ConnInfo>,
     ids: Counter,
     activity: Arc<Activity>,
 ) -> impl Service<Request<Incoming>, Response = Response<Body>, Error = Infallible, Future = impl Send>
        + Clone
        + Send
        + 'static {
+    let answers = activity.clone();
     let handler = tower::service_fn(move |req: Request<Incoming>| {
         let front = front.clone();
+        let conn = conn.clone();
         let activity = activity.clone();
         async move {
             activity.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -314,7 +620,7 @@ fn http_service(
             }
             // Boxed: the front's future is a few KiB, and hyper and the compression layer would
             // otherwise move it by value several times per request.
-            let response = Box::pin(front.handle(req, peer)).await;
+            let response = Box::pin(front.handle(req, &conn)).await;
             activity.last_ms.store(activity.now_ms(), Ordering::Relaxed);
             activity.in_flight.fetch_sub(1, Ordering::Relaxed);
             Ok::<_, Infallible>(response)
@@ -344,6 +650,7 @@ fn http_service(
         let compress = req.headers().contains_key(header::ACCEPT_ENCODING);
         let handler = handler.clone();
         let gzip = gzip.clone();
+        let activity = answers.clone();
         async move {
             let started = tracing::enabled!(tracing::Level::DEBUG).then(Instant::now);
             let mut response = if compress {
@@ -356,10 +663,18 @@ fn http_service(
                     .map(http_body_util::Either::Left)
             };
             response.headers_mut().insert(X_REQUEST_ID, id);
+            if response.headers().get(header::CONNECTION).is_some_and(|v| v == "close") {
+                // The front wants this connection closed after this answer (a body that timed
+                // out): HTTP/1.1 closes by the header, HTTP/2 (where it is not allowed) by GOAWAY.
+                if activity.http2.load(Ordering::Relaxed) {
+                    response.headers_mut().remove(header::CONNECTION);
+                }
+                activity.close();
+            }
             if let Some(started) = started {
                 tracing::debug!(status = response.status().as_u16(), latency = ?started.elapsed(), "answered");
             }
-            Ok::<_, Infallible>(response)
+            Ok::<_, Infallible>(response.map(|body| Tracked::new(body, activity)))
         }
         .instrument(span)
     })

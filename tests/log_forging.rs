@@ -55,7 +55,10 @@ async fn client_request_ids_are_kept_only_as_short_tokens_and_logged_quoted() {
     );
     let logs = served.logs();
     assert!(logs.contains(r#""trace-42:a_b.c""#), "{logs}");
-    assert!(!logs.contains(forged), "a forged request id was logged:\n{logs}");
+    assert!(
+        !logs.contains(forged),
+        "a forged request id was logged:\n{logs}"
+    );
     assert!(!logs.contains(&long), "a long request id was logged");
     for line in logs.lines().filter(|l| l.contains("forged=yes")) {
         // Only inside a quoted value, with its quote escaped.

@@ -124,7 +124,11 @@ async fn sighup_is_logged_and_ignored() {
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.body);
-    assert!(served.logs().contains("SIGHUP ignored"), "{}", served.logs());
+    assert!(
+        served.logs().contains("SIGHUP ignored"),
+        "{}",
+        served.logs()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,11 +171,7 @@ async fn a_second_sigterm_during_the_drain_exits_at_once() {
     let status = status.unwrap_or_else(|| panic!("still running 5 s after the second SIGTERM"));
     assert_eq!(status.code(), Some(143), "{status:?}");
     assert!(second.elapsed() < Duration::from_secs(5));
-    assert!(
-        served.logs().contains("second signal"),
-        "{}",
-        served.logs()
-    );
+    assert!(served.logs().contains("second signal"), "{}", served.logs());
     slow.abort();
 }
 

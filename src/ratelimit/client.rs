@@ -62,7 +62,7 @@ fn is_trusted(ip: IpAddr, trusted: &[IpNet]) -> bool {
 }
 
 /// An IPv4-mapped IPv6 address is the IPv4 address.
-fn canonical(ip: IpAddr) -> IpAddr {
+pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
         v4 => v4,
@@ -70,7 +70,7 @@ fn canonical(ip: IpAddr) -> IpAddr {
 }
 
 /// IPv6 addresses are grouped by /64.
-fn group(ip: IpAddr) -> IpAddr {
+pub(crate) fn group(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => {
             let s = v6.segments();

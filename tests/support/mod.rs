@@ -61,6 +61,8 @@ impl Cluster {
         config.health.timeout = Duration::from_millis(300);
         // The tests make many calls from one address; the rate-limit tests turn it back on.
         config.rate_limit.enabled = false;
+        // Likewise for the per-address connection cap; its own tests set it.
+        config.limits.max_connections_per_ip = 10_000;
         tweak(&mut config);
         let gateway = Gateway::start(config).await.unwrap();
         Cluster {

@@ -1,0 +1,390 @@
+//! Clients that try to hold what snowgate has: bodies that never finish, one address opening every
+//! connection, HTTP/2 streams full of unfinished bodies, and clients that stop reading large
+//! answers. Each is bounded, and measured where memory is the point (the real binary's RSS).
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+fn addr_of(url: &str) -> SocketAddr {
+    url.trim_start_matches("http://").parse().unwrap()
+}
+
+/// Reads until the peer closes, for at most `limit`; `None` if it did not close in time.
+async fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let deadline = Instant::now() + limit;
+    loop {
+        let mut buf = [0u8; 16 * 1024];
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, stream.read(&mut buf)).await {
+            Err(_) => return None,
+            Ok(Ok(0)) | Ok(Err(_)) => return Some(out),
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// A request head for `path` declaring a body of `len` bytes.
+fn request_head(path: &str, len: usize) -> String {
+    format!(
+        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {len}\r\n\r\n"
+    )
+}
+
+/// An HTTP/1.1 answer split into status, headers (lower-cased) and body, checking that the body
+/// is exactly as long as its `content-length` says.
+fn framed(raw: &[u8]) -> (u16, String, String) {
+    let text = String::from_utf8_lossy(raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+    let status = head[9..12].parse().unwrap();
+    let head = head.to_ascii_lowercase();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map(|v| v.trim().parse().unwrap())
+        .expect("a content-length");
+    assert_eq!(
+        body.len(),
+        len,
+        "content-length does not frame the body: {text:?}"
+    );
+    (status, head, body.to_string())
+}
+
+#[tokio::test]
+async fn a_body_that_does_not_arrive_in_time_gets_408_and_the_connection_closes() {
+    let cluster = Cluster::start(1, Duration::from_secs(60), |c| {
+        c.limits.body_timeout = Duration::from_millis(500);
+    })
+    .await;
+    let mut s = TcpStream::connect(addr_of(&cluster.url())).await.unwrap();
+    s.write_all(request_head("/ext/bc/P", 100).as_bytes())
+        .await
+        .unwrap();
+    s.write_all(br#"{"jsonrpc":"#).await.unwrap();
+    let started = Instant::now();
+    let raw = read_until_closed(&mut s, Duration::from_secs(5))
+        .await
+        .expect("the connection stayed open with a half-sent body");
+    assert!(started.elapsed() >= Duration::from_millis(400));
+    let (status, head, body) = framed(&raw);
+    assert_eq!(status, 408, "{body}");
+    assert!(head.contains("connection: close"), "{head}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["code"], -32600);
+    assert!(v["error"]["message"].as_str().unwrap().contains("500ms"));
+
+    // A body trickled a byte at a time is cut the same way, however steady the trickle.
+    let mut s = TcpStream::connect(addr_of(&cluster.url())).await.unwrap();
+    s.write_all(request_head("/ext/bc/P", 1000).as_bytes())
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut cut = false;
+    while started.elapsed() < Duration::from_secs(5) {
+        if s.write_all(b" ").await.is_err() {
+            cut = true;
+            break;
+        }
+        let mut buf = [0u8; 512];
+        if let Ok(Ok(n)) = tokio::time::timeout(Duration::from_millis(50), s.read(&mut buf)).await {
+            assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 408"));
+            cut = true;
+            break;
+        }
+    }
+    assert!(cut, "a trickled body was never cut");
+}
+
+#[tokio::test]
+async fn one_address_cannot_hold_every_connection() {
+    let cluster = Cluster::start(1, Duration::from_secs(60), |c| {
+        c.limits.max_connections_per_ip = 8;
+        c.limits.body_timeout = Duration::from_secs(30);
+    })
+    .await;
+    let addr = addr_of(&cluster.url());
+    // Eight half-sent bodies from 127.0.0.1.
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(request_head("/ext/bc/P", 100).as_bytes())
+            .await
+            .unwrap();
+        held.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The ninth from the same address is refused at once, framed correctly.
+    let mut ninth = TcpStream::connect(addr).await.unwrap();
+    let raw = read_until_closed(&mut ninth, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let (status, head, body) = framed(&raw);
+    assert_eq!(status, 503, "{body}");
+    assert!(head.contains("retry-after: 1"), "{head}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("from this address"),
+        "{body}"
+    );
+    // Another address is served meanwhile.
+    let other = TcpSocket::new_v4().unwrap();
+    other.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut other = other.connect(addr).await.unwrap();
+    let call = call("platform.getHeight", "{}");
+    other
+        .write_all(format!("{}{call}", request_head("/ext/bc/P", call.len())).as_bytes())
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), other.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    // Once the held connections close, the address gets its room back.
+    drop(held);
+    let ok = eventually(Duration::from_secs(5), || true).await;
+    assert!(ok);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let r = post(&format!("{}/ext/bc/P", cluster.url()), &call).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+}
+
+#[tokio::test]
+async fn connections_over_max_connections_get_a_correctly_framed_503() {
+    let cluster = Cluster::start(1, Duration::from_secs(60), |c| {
+        c.limits.max_connections = 2;
+    })
+    .await;
+    let addr = addr_of(&cluster.url());
+    let _a = TcpStream::connect(addr).await.unwrap();
+    let _b = TcpStream::connect(addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    let raw = read_until_closed(&mut c, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let (status, _, body) = framed(&raw);
+    assert_eq!(status, 503);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["code"], -32603);
+    assert_eq!(
+        v["error"]["message"],
+        "too many open connections, retry later"
+    );
+}
+
+/// An HTTP/2 connection (prior knowledge) to `addr`, with the given initial stream window.
+async fn h2_connect(
+    addr: SocketAddr,
+    window: u32,
+) -> hyper::client::conn::http2::SendRequest<
+    http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>,
+> {
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (sender, conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .initial_stream_window_size(window)
+            .initial_connection_window_size(window.max(65_535))
+            .handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    sender
+}
+
+/// A body that sends `len` bytes in 16 KiB frames and then never ends.
+fn unfinished_body(
+    len: usize,
+) -> http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible> {
+    let frames = (0..len.div_ceil(16 * 1024)).map(move |i| {
+        let n = (len - i * 16 * 1024).min(16 * 1024);
+        Ok::<_, std::convert::Infallible>(http_body::Frame::data(Bytes::from(vec![b' '; n])))
+    });
+    let stream = futures_util::StreamExt::chain(
+        futures_util::stream::iter(frames),
+        futures_util::stream::pending(),
+    );
+    http_body_util::StreamBody::new(stream).boxed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_streams_of_unfinished_bodies_cannot_buffer_more_than_the_connection_room() {
+    let node = snowgate::devnode::DevNode::spawn(Default::default())
+        .await
+        .unwrap();
+    let config = format!(
+        "[limits]\nbody_timeout = \"60s\"\n[rate_limit]\nenabled = false\n\
+         [[upstreams]]\nname = \"n\"\nurl = \"{}\"\n",
+        node.url()
+    );
+    let served = binary::Served::start(&config, "warn");
+    let addr = addr_of(&served.url);
+    let before = served.rss_kib();
+    // Two connections, 200 streams each, every stream sending 1 MiB - 1 of a 1 MiB body.
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let mut sender = h2_connect(addr, 65_535).await;
+        for _ in 0..200 {
+            let req = http::Request::post(format!("{}/ext/bc/P", served.url))
+                .header("content-type", "application/json")
+                .header("content-length", (1 << 20).to_string())
+                .body(unfinished_body((1 << 20) - 1))
+                .unwrap();
+            sender.ready().await.unwrap();
+            let fut = sender.send_request(req);
+            tasks.push(tokio::spawn(fut));
+        }
+    }
+    // Give the bodies time to arrive as far as snowgate lets them.
+    let mut peak = 0;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        peak = peak.max(served.rss_kib().saturating_sub(before));
+    }
+    eprintln!(
+        "RSS growth with 2 x 200 unfinished HTTP/2 bodies: {} KiB",
+        peak
+    );
+    assert!(
+        peak < 48 * 1024,
+        "two HTTP/2 connections made snowgate hold {peak} KiB of request bodies"
+    );
+    // Meanwhile an honest client is served.
+    let r = post(
+        &format!("{}/ext/bc/P", served.url),
+        &call("platform.getHeight", "{}"),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    for t in tasks {
+        t.abort();
+    }
+}
+
+/// A scripted node whose `platform.getTx` answer is `size` bytes long.
+async fn big_answer_node(size: usize) -> SocketAddr {
+    let tx = "0".repeat(size);
+    scripted_node(100, move |_, req| {
+        let id = &req["id"];
+        format!(r#"{{"jsonrpc":"2.0","result":{{"tx":"0x{tx}","encoding":"hex"}},"id":{id}}}"#)
+    })
+    .await
+}
+
+const GET_TX: &str = r#"{"jsonrpc":"2.0","id":7,"method":"platform.getTx","params":{"txID":"2QouvFWUbjuySRxeX5xMbNCuAaKWfbk5FeEa2JmoF85RKLk2dD","encoding":"hex"}}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_stop_reading_share_one_copy_of_an_answer_and_are_cut_after_send_timeout() {
+    const ANSWER: usize = 4 * 1024 * 1024;
+    let node = big_answer_node(ANSWER).await;
+    let config = format!(
+        "[limits]\nsend_timeout = \"2s\"\nmax_connections_per_ip = 300\n\
+         [rate_limit]\nenabled = false\n[health]\ninterval = \"30s\"\n\
+         [[upstreams]]\nname = \"n\"\nurl = \"http://{node}\"\n"
+    );
+    let served = binary::Served::start(&config, "warn");
+    let addr = addr_of(&served.url);
+    let url = format!("{}/ext/bc/P", served.url);
+    // Cached once, read whole.
+    let first = post(&url, GET_TX).await;
+    assert_eq!(first.status, 200);
+    assert!(first.body.len() > ANSWER);
+    assert_eq!(post(&url, GET_TX).await.header("x-cache"), Some("HIT"));
+    let before = served.rss_kib();
+
+    // 100 HTTP/1.1 clients ask for it and do not read.
+    let mut readers = Vec::new();
+    for _ in 0..100 {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut s = socket.connect(addr).await.unwrap();
+        s.write_all(format!("{}{GET_TX}", request_head("/ext/bc/P", GET_TX.len())).as_bytes())
+            .await
+            .unwrap();
+        readers.push(s);
+    }
+    let mut peak = 0;
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        peak = peak.max(served.rss_kib().saturating_sub(before));
+    }
+    eprintln!("RSS growth with 100 stalled readers of a 4 MiB answer: {peak} KiB");
+    assert!(
+        peak < 64 * 1024,
+        "100 clients that do not read made snowgate hold {peak} KiB"
+    );
+
+    // One HTTP/2 connection, 190 requests for it, with a shut window.
+    let mut sender = h2_connect(addr, 0).await;
+    let mut streams = Vec::new();
+    for _ in 0..190 {
+        let req = http::Request::post(&url)
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(Bytes::from_static(GET_TX.as_bytes())).boxed())
+            .unwrap();
+        if sender.ready().await.is_err() {
+            break;
+        }
+        let fut = sender.send_request(req);
+        streams.push(tokio::spawn(async move {
+            match fut.await {
+                Ok(r) => r
+                    .into_body()
+                    .collect()
+                    .await
+                    .map(|b| b.to_bytes().len())
+                    .ok(),
+                Err(_) => None,
+            }
+        }));
+    }
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        peak = peak.max(served.rss_kib().saturating_sub(before));
+    }
+    eprintln!("RSS growth with the stalled HTTP/2 streams too: {peak} KiB");
+    assert!(
+        peak < 96 * 1024,
+        "a shut HTTP/2 window made snowgate hold {peak} KiB"
+    );
+
+    // After send_timeout, every stalled connection is cut: the readers get a truncated answer
+    // and the end of the stream, the HTTP/2 streams fail.
+    let started = Instant::now();
+    for mut s in readers {
+        let left = Duration::from_secs(15).saturating_sub(started.elapsed());
+        let got = read_until_closed(&mut s, left)
+            .await
+            .expect("a client that stopped reading was never cut off");
+        assert!(got.len() < ANSWER, "the whole answer was sent after all");
+    }
+    for t in streams {
+        let left = Duration::from_secs(15).saturating_sub(started.elapsed());
+        let done = tokio::time::timeout(left, t)
+            .await
+            .expect("a stalled HTTP/2 stream was never ended")
+            .unwrap();
+        assert_eq!(done, None, "a stream with a shut window got its answer");
+    }
+    // And the gateway serves on.
+    let r = post(&url, GET_TX).await;
+    assert_eq!(r.status, 200);
+}
