@@ -208,6 +208,22 @@ struct Outcome {
 }
 
 impl Outcome {
+    /// The HTTP answer of a call on its own.
+    fn into_response(self) -> HttpResponse {
+        let mut r = match self.body {
+            Some(b) => json(self.status, b),
+            None => empty(),
+        };
+        if let Some(secs) = self.retry_after {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if let Some(c) = self.cache {
+            r.headers_mut().insert(X_CACHE, HeaderValue::from_static(c));
+        }
+        r
+    }
+
     fn silent() -> Outcome {
         Outcome {
             body: None,
@@ -566,6 +582,9 @@ impl Front {
     /// A JSON-RPC body, already read: one call or a batch.
     async fn rpc(&self, family: Family, path: &str, body: &[u8], caller: &Caller) -> HttpResponse {
         if gojson::nesting_depth(body) > self.limits.depth {
+            if let Some(over) = self.charge_refused(caller, None) {
+                return over.into_response();
+            }
             self.count(None, "invalid_request");
             let msg = format!("request nested deeper than {} levels", self.limits.depth);
             return json(StatusCode::OK, response::error(-32600, &msg, None, None));
@@ -576,19 +595,9 @@ impl Front {
                 return self.batch(family, path, &body[range], caller).await;
             }
         }
-        let outcome = self.one(family, path, body, caller, false).await;
-        let mut r = match outcome.body {
-            Some(b) => json(outcome.status, b),
-            None => empty(),
-        };
-        if let Some(secs) = outcome.retry_after {
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        }
-        if let Some(c) = outcome.cache {
-            r.headers_mut().insert(X_CACHE, HeaderValue::from_static(c));
-        }
-        r
+        self.one(family, path, body, caller, false)
+            .await
+            .into_response()
     }
 
     /// A batch: snowgate's extension (nodes refuse arrays). Each call goes through the whole
@@ -596,6 +605,11 @@ impl Front {
     /// notifications get no entry.
     async fn batch(&self, family: Family, path: &str, raw: &[u8], caller: &Caller) -> HttpResponse {
         let elements = gojson::array_elements(raw).unwrap_or_default();
+        if elements.is_empty() || elements.len() > self.limits.batch_len {
+            if let Some(over) = self.charge_refused(caller, None) {
+                return over.into_response();
+            }
+        }
         if elements.is_empty() {
             self.count(None, "invalid_request");
             return json(
@@ -650,6 +664,17 @@ impl Front {
     ) -> Outcome {
         let decoded = jsonrpc::decode(raw);
         let id = decoded.envelope.id.as_deref();
+        let refused = decoded.verdict() != Verdict::Call
+            || decoded.ambiguity.is_some()
+            || !matches!(
+                self.registry.get(&decoded.envelope.method),
+                Some(spec) if spec.family == family
+            );
+        if refused {
+            if let Some(over) = self.charge_refused(caller, id) {
+                return over;
+            }
+        }
         match decoded.verdict() {
             Verdict::ParseError(msg) if in_batch => {
                 self.count(None, "invalid_request");
@@ -713,8 +738,29 @@ impl Front {
                     cache: Some(answer.cache.header()),
                 }
             }
-            Err(e) => self.refuse(e, Some(&spec), caller, client_id.as_deref()),
+            Err(e) => {
+                if matches!(e, ProxyError::Refused { .. }) {
+                    // Refused by policy: the answer stands, the next call pays if this one
+                    // went over.
+                    let _ = self.charge_refused(caller, None);
+                }
+                self.refuse(e, Some(&spec), caller, client_id.as_deref())
+            }
         }
+    }
+
+    /// Charges a refused call's `refused_cost` to the caller's quota (admins excepted); over
+    /// quota, the 429 to answer instead.
+    fn charge_refused(&self, caller: &Caller, id: Option<&[u8]>) -> Option<Outcome> {
+        let limiter = self.limiter.as_ref().filter(|_| !caller.admin)?;
+        let over = limiter
+            .charge(&caller.client, limiter.refused_units())
+            .err()?;
+        let e = ProxyError::RateLimited {
+            retry_after_secs: over.retry_after.as_secs_f64().ceil().max(1.0) as u64,
+        };
+        self.count(None, e.outcome());
+        Some(Outcome::error(&e, id))
     }
 
     /// Counts a call by method (`None`: refused before a method was known) and outcome.

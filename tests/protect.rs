@@ -599,3 +599,39 @@ async fn cors_gzip_and_request_ids() {
     );
     c.gateway.shutdown().await;
 }
+
+#[tokio::test]
+async fn refused_unknown_and_unparsable_calls_cost_quota_too() {
+    let c = Cluster::start(1, SLOW_CHAIN, |cfg| {
+        limited(cfg, 1, 10);
+        cfg.rate_limit.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+    })
+    .await;
+    let url = format!("{}/ext/bc/P", c.url());
+    let bodies = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"platform.noSuchMethod"}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"info.getNodeID"}"#.to_string(),
+        format!("[{}]", vec!["1"; 101].join(",")),
+    ];
+    for (i, body) in bodies.iter().enumerate() {
+        // A client of its own for each kind: the first refusals are answered as refusals...
+        let client_ip = format!("198.51.100.{i}");
+        let from = [("x-forwarded-for", client_ip.as_str())];
+        let mut statuses = Vec::new();
+        for _ in 0..30 {
+            statuses.push(post_with(&url, body, &from).await);
+        }
+        assert_ne!(statuses[0].status, 429, "{body}");
+        // ...then the client is over its quota, as if it had made real calls.
+        let over = statuses
+            .iter()
+            .find(|r| r.status == 429)
+            .unwrap_or_else(|| panic!("refused calls were free: {body}"));
+        assert!(over.header("retry-after").is_some());
+        assert_eq!(over.json()["error"]["code"], -32005);
+        // Its real calls are limited too.
+        let r = post_with(&url, &call("platform.getHeight", "{}"), &from).await;
+        assert_eq!(r.status, 429, "{}", r.body);
+    }
+}

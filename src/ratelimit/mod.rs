@@ -6,6 +6,8 @@
 //!   limited per IP ([`client::client_ip`]). Admin callers are not limited.
 //! * Each call costs its method's `cost` from the registry; a cache hit costs `cost ×
 //!   cached_cost_factor`. Quotas are kept in tenths of a unit so fractional costs are exact enough.
+//! * A call snowgate refuses itself (unparsable, unknown method, not allowed, over the batch or
+//!   nesting limits) costs `refused_cost`, charged by the front: nobody spins the parser for free.
 //! * Over quota: HTTP 429 with `Retry-After`, JSON-RPC -32005 with the client's id.
 //! * Memory is bounded: a client whose bucket has refilled is indistinguishable from a new one and
 //!   is forgotten (pruned every few seconds); past `max_clients` tracked addresses, new ones share
@@ -58,6 +60,9 @@ pub struct RateLimitConfig {
     pub burst: u32,
     /// A cache hit costs `cost × cached_cost_factor` (0 makes hits free).
     pub cached_cost_factor: f64,
+    /// What a call snowgate refuses costs (unparsable, unknown method, not allowed, a batch or
+    /// nesting over the limits), in cost units: reading it was work too.
+    pub refused_cost: u32,
     /// Proxies (CIDR) whose `X-Forwarded-For` / `Forwarded` headers are believed.
     pub trusted_proxies: Vec<IpNet>,
     /// Client IPs tracked at most; beyond, new clients share one overflow quota.
@@ -73,6 +78,7 @@ impl Default for RateLimitConfig {
             requests_per_second: 50,
             burst: 100,
             cached_cost_factor: 0.5,
+            refused_cost: 1,
             trusted_proxies: Vec::new(),
             max_clients: 100_000,
             keys: Vec::new(),
@@ -126,6 +132,12 @@ impl RateLimitConfig {
             Ok(())
         };
         check("rate_limit.", self.requests_per_second, self.burst)?;
+        if self.refused_cost > self.burst {
+            return bad(
+                "rate_limit.refused_cost",
+                "must be at most rate_limit.burst".into(),
+            );
+        }
         if !(0.0..=1.0).contains(&self.cached_cost_factor) {
             return bad(
                 "rate_limit.cached_cost_factor",
@@ -182,6 +194,7 @@ pub struct Limiter {
     per_key: Vec<(Vec<u8>, Direct)>,
     max_clients: usize,
     cached_cost_factor: f64,
+    refused_cost: u32,
     trusted: Vec<IpNet>,
     clock: MonotonicClock,
     limited: IntCounterVec,
@@ -243,6 +256,7 @@ impl Limiter {
                 .collect(),
             max_clients: config.max_clients,
             cached_cost_factor: config.cached_cost_factor,
+            refused_cost: config.refused_cost,
             trusted: config.trusted_proxies.clone(),
             clock: MonotonicClock,
             limited,
@@ -283,6 +297,11 @@ impl Limiter {
             1.0
         };
         (f64::from(cost) * SCALE * factor).round() as u32
+    }
+
+    /// The quota units a refused call costs.
+    pub fn refused_units(&self) -> u32 {
+        self.units(self.refused_cost, false)
     }
 
     /// Charges `units` to `client`.
