@@ -112,11 +112,8 @@ struct Activity {
     state: AtomicU8,
     /// The connection task, woken when `state` changes.
     waker: AtomicWaker,
-    /// Answer bodies made and not yet taken by hyper.
-    answers: AtomicUsize,
-    /// Milliseconds from `started` to the moment an answer was last taken, or the first of the
-    /// answers now outstanding was made (whichever is later): the connection's last progress.
-    answer_progress_ms: AtomicU64,
+    /// Answer bodies made and not yet taken by hyper, oldest first.
+    answers: parking_lot::Mutex<Outstanding>,
     /// Milliseconds from `started` (plus one, so zero means "not blocked") to the first write the
     /// socket refused since it was last flushed: the client has stopped reading since then.
     write_blocked_ms: AtomicU64,
@@ -136,8 +133,7 @@ impl Activity {
             http2: AtomicBool::new(false),
             state: AtomicU8::new(OPEN),
             waker: AtomicWaker::new(),
-            answers: AtomicUsize::new(0),
-            answer_progress_ms: AtomicU64::new(0),
+            answers: parking_lot::Mutex::new(Outstanding::default()),
             write_blocked_ms: AtomicU64::new(0),
         }
     }
@@ -185,29 +181,12 @@ impl Activity {
         })
     }
 
-    /// An answer body was made.
-    fn answer_made(&self) {
-        if self.answers.fetch_add(1, Ordering::AcqRel) == 0 {
-            self.answer_progress_ms
-                .store(self.now_ms(), Ordering::Relaxed);
-        }
-    }
-
-    /// An answer body was taken (or dropped).
-    fn answer_taken(&self) {
-        self.answer_progress_ms
-            .store(self.now_ms(), Ordering::Relaxed);
-        self.answers.fetch_sub(1, Ordering::AcqRel);
-    }
-
-    /// How long the connection has held answers the client does not take: outstanding bodies with
-    /// no progress, or a socket that refuses writes.
+    /// How long the connection has held an answer the client does not take: its oldest answer
+    /// body not yet taken, or a socket that refuses writes. (Per answer, not "any progress": a
+    /// client cannot keep stuck HTTP/2 streams alive by reading others.)
     fn stalled_for(&self) -> Duration {
         let now = self.now_ms();
-        let mut since = None;
-        if self.answers.load(Ordering::Acquire) > 0 {
-            since = Some(self.answer_progress_ms.load(Ordering::Relaxed));
-        }
+        let mut since = self.answers.lock().oldest();
         let blocked = self.write_blocked_ms.load(Ordering::Relaxed);
         if blocked != 0 {
             let blocked = blocked - 1;
@@ -216,6 +195,40 @@ impl Activity {
         since.map_or(Duration::ZERO, |s| {
             Duration::from_millis(now.saturating_sub(s))
         })
+    }
+}
+
+/// The answers of one connection not yet taken, by sequence number: a ring of their start times
+/// (milliseconds from the connection's start), where an answer taken early leaves a gap until every
+/// older one is taken too. Steady traffic reuses the ring's room: no allocation per answer.
+#[derive(Default)]
+struct Outstanding {
+    /// The sequence number of `started[0]`.
+    first: u64,
+    started: std::collections::VecDeque<Option<u64>>,
+}
+
+impl Outstanding {
+    fn begin(&mut self, now_ms: u64) -> u64 {
+        self.started.push_back(Some(now_ms));
+        self.first + self.started.len() as u64 - 1
+    }
+
+    fn end(&mut self, seq: u64) {
+        if let Some(slot) = usize::try_from(seq.wrapping_sub(self.first))
+            .ok()
+            .and_then(|i| self.started.get_mut(i))
+        {
+            *slot = None;
+        }
+        while self.started.front().is_some_and(Option::is_none) {
+            self.started.pop_front();
+            self.first += 1;
+        }
+    }
+
+    fn oldest(&self) -> Option<u64> {
+        self.started.front().copied().flatten()
     }
 }
 
@@ -289,21 +302,22 @@ impl AsyncWrite for WatchedIo {
 /// byte (or dropped it), for `send_timeout`.
 pub struct Tracked<B> {
     inner: B,
-    activity: Option<Arc<Activity>>,
+    /// The connection and this answer's sequence number there, until it is taken.
+    activity: Option<(Arc<Activity>, u64)>,
 }
 
 impl<B> Tracked<B> {
     fn new(inner: B, activity: Arc<Activity>) -> Tracked<B> {
-        activity.answer_made();
+        let seq = activity.answers.lock().begin(activity.now_ms());
         Tracked {
             inner,
-            activity: Some(activity),
+            activity: Some((activity, seq)),
         }
     }
 
     fn done(&mut self) {
-        if let Some(a) = self.activity.take() {
-            a.answer_taken();
+        if let Some((a, seq)) = self.activity.take() {
+            a.answers.lock().end(seq);
         }
     }
 }
@@ -326,9 +340,6 @@ impl<B: http_body::Body + Unpin> http_body::Body for Tracked<B> {
         if let Poll::Ready(frame) = &poll {
             if frame.is_none() || self.inner.is_end_stream() {
                 self.done();
-            } else if let Some(a) = &self.activity {
-                // Progress: the client is taking this answer.
-                a.answer_progress_ms.store(a.now_ms(), Ordering::Relaxed);
             }
         }
         poll
@@ -678,4 +689,44 @@ fn http_service(
         }
         .instrument(span)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outstanding_answers_keep_the_oldest_start_in_any_end_order() {
+        let mut o = Outstanding::default();
+        let (a, b, c) = (o.begin(10), o.begin(20), o.begin(30));
+        o.end(b);
+        assert_eq!(
+            o.oldest(),
+            Some(10),
+            "a later answer taken says nothing of an older one"
+        );
+        o.end(a);
+        assert_eq!(o.oldest(), Some(30));
+        o.end(a);
+        o.end(c + 100);
+        o.end(c);
+        assert_eq!((o.oldest(), o.started.len()), (None, 0));
+        assert_eq!(o.begin(40), c + 1);
+    }
+
+    #[test]
+    fn request_ids_are_short_tokens_only() {
+        assert!(is_request_id_token(b"0190c3e4-7b1a-7f00-8000-0123456789ab"));
+        assert!(is_request_id_token(b"trace:1.2_3"));
+        for bad in [
+            &b""[..],
+            b"a b",
+            b"a=b",
+            b"a\"b",
+            &[b'a'; 129][..],
+            "é".as_bytes(),
+        ] {
+            assert!(!is_request_id_token(bad), "{bad:?}");
+        }
+    }
 }
