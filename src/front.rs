@@ -391,6 +391,11 @@ impl Front {
                     if let Some(cache) = &self.cache {
                         cache.usage().await;
                     }
+                    let free = self.body_room.available_permits();
+                    let buffered = self.limits.total_body_bytes.saturating_sub(free);
+                    self.metrics
+                        .body_buffered
+                        .set(i64::try_from(buffered).unwrap_or(i64::MAX));
                     let mut r = text(StatusCode::OK, self.metrics.render());
                     r.headers_mut().insert(
                         header::CONTENT_TYPE,

@@ -28,6 +28,8 @@ pub struct Metrics {
     pub upstream_in_flight: IntGaugeVec,
     /// Best accepted height in the pool.
     pub best_height: IntGauge,
+    /// Request body bytes buffered now (set when `/metrics` is read).
+    pub body_buffered: IntGauge,
 }
 
 impl Default for Metrics {
@@ -101,6 +103,11 @@ impl Metrics {
         .expect("static metric definition is valid");
         let best_height = IntGauge::new("snowgate_best_height", "Best P-chain height in the pool")
             .expect("static metric definition is valid");
+        let body_buffered = IntGauge::new(
+            "snowgate_request_body_buffered_bytes",
+            "Request body bytes buffered now, over all connections",
+        )
+        .expect("static metric definition is valid");
         for c in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(http_rejections.clone()),
@@ -110,6 +117,7 @@ impl Metrics {
             Box::new(upstream_height.clone()),
             Box::new(upstream_in_flight.clone()),
             Box::new(best_height.clone()),
+            Box::new(body_buffered.clone()),
         ] {
             registry
                 .register(c)
@@ -125,6 +133,7 @@ impl Metrics {
             upstream_height,
             upstream_in_flight,
             best_height,
+            body_buffered,
         }
     }
 

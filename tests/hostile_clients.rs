@@ -267,6 +267,27 @@ async fn http2_streams_of_unfinished_bodies_cannot_buffer_more_than_the_connecti
         peak < 48 * 1024,
         "two HTTP/2 connections made snowgate hold {peak} KiB of request bodies"
     );
+    // /metrics says how much is buffered: at most the room of the two connections.
+    let metrics = client()
+        .get(format!("{}/metrics", served.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let buffered: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("snowgate_request_body_buffered_bytes "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    eprintln!("request body bytes buffered: {buffered}");
+    assert!(
+        buffered > 0 && buffered <= 2 * 4 * 1024 * 1024,
+        "{buffered}"
+    );
     // Meanwhile an honest client is served.
     let r = post(
         &format!("{}/ext/bc/P", served.url),
