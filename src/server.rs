@@ -522,6 +522,11 @@ pub async fn run(
         let (permit, ip_slot) = match refusal {
             Ok(admitted) => admitted,
             Err(answer) => {
+                front
+                    .metrics
+                    .http_rejections
+                    .with_label_values(&["connection_limit"])
+                    .inc();
                 tokio::spawn(async move {
                     // Bounded: a client that does not read cannot keep this task.
                     let write = async {
