@@ -41,7 +41,7 @@ use crate::call::{Answer, RpcCall};
 use crate::error::ProxyError;
 use crate::methods::Registry;
 use crate::metrics::Metrics;
-pub use client::ClientId;
+pub use client::{ClientId, ClientIpHeader};
 
 /// Quota units are tenths of a cost unit.
 const SCALE: f64 = 10.0;
@@ -58,8 +58,10 @@ pub struct RateLimitConfig {
     pub burst: u32,
     /// A cache hit costs `cost × cached_cost_factor` (0 makes hits free).
     pub cached_cost_factor: f64,
-    /// Proxies (CIDR) whose `X-Forwarded-For` / `Forwarded` headers are believed.
+    /// Proxies (CIDR) whose `client_ip_header` is believed.
     pub trusted_proxies: Vec<IpNet>,
+    /// The one header trusted proxies record the client in: `"x-forwarded-for"` or `"forwarded"`.
+    pub client_ip_header: ClientIpHeader,
     /// Client IPs tracked at most; beyond, new clients share one overflow quota.
     pub max_clients: usize,
     /// Clients with their own quota.
@@ -74,6 +76,7 @@ impl Default for RateLimitConfig {
             burst: 100,
             cached_cost_factor: 0.5,
             trusted_proxies: Vec::new(),
+            client_ip_header: ClientIpHeader::default(),
             max_clients: 100_000,
             keys: Vec::new(),
         }
@@ -183,6 +186,7 @@ pub struct Limiter {
     max_clients: usize,
     cached_cost_factor: f64,
     trusted: Vec<IpNet>,
+    client_ip_header: ClientIpHeader,
     clock: MonotonicClock,
     limited: IntCounterVec,
     clients: IntGauge,
@@ -244,6 +248,7 @@ impl Limiter {
             max_clients: config.max_clients,
             cached_cost_factor: config.cached_cost_factor,
             trusted: config.trusted_proxies.clone(),
+            client_ip_header: config.client_ip_header,
             clock: MonotonicClock,
             limited,
             clients,
@@ -266,12 +271,11 @@ impl Limiter {
                 }
             }
         }
-        let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         ClientId::Ip(client::client_ip(
             peer,
             &self.trusted,
-            text("x-forwarded-for"),
-            text("forwarded"),
+            self.client_ip_header,
+            headers,
         ))
     }
 
