@@ -1,8 +1,9 @@
 //! Rate limits: a quota per client in cost units (governor), so one client flooding the endpoint
 //! does not starve the others.
 //!
-//! * Clients presenting a key from `[[rate_limit.keys]]` (`Authorization: Bearer`, `X-Api-Key` or
-//!   `rlToken`, the header `@avalanche-sdk/client` sends) get that key's own quota; everyone else is
+//! * Clients presenting a key from `[[rate_limit.keys]]` (`Authorization: Bearer`, parsed and
+//!   compared as the admin keys are ([`policy::keys`]), `X-Api-Key` or `rlToken`, the header
+//!   `@avalanche-sdk/client` sends) get that key's own quota; everyone else is
 //!   limited per IP ([`client::client_ip`]). Admin callers are not limited.
 //! * Each call costs its method's `cost` from the registry; a cache hit costs `cost ×
 //!   cached_cost_factor`. Quotas are kept in tenths of a unit so fractional costs are exact enough.
@@ -41,6 +42,7 @@ use crate::call::{Answer, RpcCall};
 use crate::error::ProxyError;
 use crate::methods::Registry;
 use crate::metrics::Metrics;
+use crate::policy::{self, KeySet};
 pub use client::{ClientId, ClientIpHeader};
 
 /// Quota units are tenths of a cost unit.
@@ -182,7 +184,9 @@ pub struct Limiter {
     refill: Duration,
     epoch: std::time::Instant,
     overflow: Direct,
-    per_key: Vec<(Vec<u8>, Direct)>,
+    /// The keys of `[[rate_limit.keys]]`, and each one's quota at the same position.
+    keys: KeySet,
+    per_key: Vec<Direct>,
     max_clients: usize,
     cached_cost_factor: f64,
     trusted: Vec<IpNet>,
@@ -232,16 +236,14 @@ impl Limiter {
                 ),
                 MonotonicClock,
             ),
+            keys: KeySet::new(config.keys.iter().map(|k| k.key.as_bytes())),
             per_key: config
                 .keys
                 .iter()
                 .map(|k| {
-                    (
-                        k.key.as_bytes().to_vec(),
-                        RateLimiter::direct_with_clock(
-                            quota(k.requests_per_second, k.burst),
-                            MonotonicClock,
-                        ),
+                    RateLimiter::direct_with_clock(
+                        quota(k.requests_per_second, k.burst),
+                        MonotonicClock,
                     )
                 })
                 .collect(),
@@ -260,15 +262,13 @@ impl Limiter {
         let presented = [
             headers
                 .get(http::header::AUTHORIZATION)
-                .and_then(|v| v.as_bytes().strip_prefix(b"Bearer ")),
+                .and_then(|v| policy::keys::bearer(v.as_bytes())),
             headers.get("x-api-key").map(|v| v.as_bytes()),
             headers.get("rltoken").map(|v| v.as_bytes()),
         ];
         for token in presented.into_iter().flatten() {
-            for (i, (key, _)) in self.per_key.iter().enumerate() {
-                if crate::policy::constant_time_eq(key, token) {
-                    return ClientId::Key(i);
-                }
+            if let Some(i) = self.keys.position(token) {
+                return ClientId::Key(i);
             }
         }
         ClientId::Ip(client::client_ip(
@@ -296,7 +296,7 @@ impl Limiter {
         };
         let outcome = match client {
             ClientId::Key(i) => match self.per_key.get(*i) {
-                Some((_, l)) => l.check_n(n),
+                Some(l) => l.check_n(n),
                 None => Ok(Ok(())),
             },
             ClientId::Ip(ip) => self.charge_ip(*ip, n),
