@@ -101,6 +101,8 @@ async fn forged_addresses_are_limited_like_honest_ones(proxy: &Proxy) {
         let source = Ipv4Addr::new(127, 0, 0, 10 + n as u8);
         counts.push((name, calls_until_limited(proxy, source, forge).await));
     }
+    // The figure quoted in the README: the call that first got a 429, per way of calling.
+    eprintln!("through {}: first 429 at call {counts:?}", proxy.kind);
     let honest = counts[0].1.expect("the honest client was never limited");
     assert!(honest > BURST as usize, "{counts:?}");
     for (name, count) in &counts {

@@ -17,6 +17,8 @@ pub const INSTALL: &str = "apt-get install -y nginx-light haproxy";
 
 /// A running proxy: its listening address, killed (and its directory removed) on drop.
 pub struct Proxy {
+    /// `nginx` or `haproxy`.
+    pub kind: &'static str,
     pub addr: SocketAddr,
     child: Child,
     dir: PathBuf,
@@ -66,7 +68,7 @@ http {{
             .arg(&path)
             .arg("-e")
             .arg(dir.join("error.log"));
-        Proxy::spawn(cmd, dir, port)
+        Proxy::spawn("nginx", cmd, dir, port)
     }
 
     /// haproxy in front of `upstream` with `option forwardfor`, which appends its own
@@ -101,10 +103,10 @@ backend snowgate
         let mut cmd = Command::new(bin);
         // -db: foreground, no daemon.
         cmd.arg("-db").arg("-f").arg(&path);
-        Proxy::spawn(cmd, dir, port)
+        Proxy::spawn("haproxy", cmd, dir, port)
     }
 
-    fn spawn(mut cmd: Command, dir: PathBuf, port: u16) -> Proxy {
+    fn spawn(kind: &'static str, mut cmd: Command, dir: PathBuf, port: u16) -> Proxy {
         let log = std::fs::File::create(dir.join("stderr.log")).unwrap();
         let child = cmd
             .current_dir(&dir)
@@ -114,6 +116,7 @@ backend snowgate
             .spawn()
             .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"));
         let mut proxy = Proxy {
+            kind,
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
             child,
             dir,
