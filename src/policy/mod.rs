@@ -1,7 +1,9 @@
 //! Who may call what. Node-specific methods (`info.getNodeID`, `info.getNodeIP`, `info.getVMs`)
 //! and keystore methods (`platform.exportKey`, `platform.listAddresses`) are refused to public
 //! callers; callers presenting `Authorization: Bearer <key>` with a key from `[admin] api_keys`
-//! ([`keys`]: the scheme in any case, keys compared in constant time) may call them, and may pin a call to one upstream with `X-Snowgate-Upstream`.
+//! may call them, and may pin a call to one upstream with `X-Snowgate-Upstream`. [`keys`] parses
+//! that header (the scheme in any case) and compares keys in constant time, for the rate-limit
+//! keys too.
 //!
 //! [`PolicyLayer`] sits right under the HTTP front, before anything that costs quota or touches a
 //! node, so a refused call never reaches an upstream whatever form it came in.

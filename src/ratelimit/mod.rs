@@ -1,10 +1,10 @@
 //! Rate limits: a quota per client in cost units (governor), so one client flooding the endpoint
 //! does not starve the others.
 //!
-//! * Clients presenting a key from `[[rate_limit.keys]]` (`Authorization: Bearer`, parsed and
-//!   compared as the admin keys are ([`policy::keys`]), `X-Api-Key` or `rlToken`, the header
-//!   `@avalanche-sdk/client` sends) get that key's own quota; everyone else is
-//!   limited per IP ([`client::client_ip`]). Admin callers are not limited.
+//! * Clients presenting a key from `[[rate_limit.keys]]` (`Authorization: Bearer`, `X-Api-Key` or
+//!   `rlToken`, the header `@avalanche-sdk/client` sends) get that key's own quota; everyone else is
+//!   limited per IP ([`client::client_ip`]). Keys are parsed and compared as the admin keys are
+//!   ([`policy::keys`]). Admin callers are not limited.
 //! * Each call costs its method's `cost` from the registry; a cache hit costs `cost ×
 //!   cached_cost_factor`. Quotas are kept in tenths of a unit so fractional costs are exact enough.
 //! * Over quota: HTTP 429 with `Retry-After`, JSON-RPC -32005 with the client's id.
