@@ -60,18 +60,18 @@ pub fn client_ip(
     if !is_trusted(peer, trusted) {
         return group(peer);
     }
-    // All lines, in order, as one list: the nearest proxy's hop is the last element.
-    let hops: Vec<&[u8]> = headers
+    // All lines as one list, walked from the end: the nearest proxy's hop is the last element of
+    // the last line. Skip our own proxies; the first untrusted address is the client.
+    let hops = headers
         .get_all(which.name())
         .iter()
-        .flat_map(|line| line.as_bytes().split(|&b| b == b','))
-        .map(trim)
+        .rev()
+        .flat_map(|line| line.as_bytes().rsplit(|&b| b == b','))
+        .map(<[u8]>::trim_ascii)
         // RFC 9110 §5.6.1: empty list elements are allowed and mean nothing.
-        .filter(|element| !element.is_empty())
-        .collect();
+        .filter(|element| !element.is_empty());
     let mut outermost = peer;
-    // Nearest hop last: skip our own proxies, the first untrusted address is the client.
-    for element in hops.iter().rev() {
+    for element in hops {
         let hop = match which {
             ClientIpHeader::XForwardedFor => parse_hop(element),
             ClientIpHeader::Forwarded => forwarded_for(element).and_then(parse_hop),
@@ -94,13 +94,9 @@ pub fn client_ip(
 fn forwarded_for(element: &[u8]) -> Option<&[u8]> {
     element.split(|&b| b == b';').find_map(|pair| {
         let eq = pair.iter().position(|&b| b == b'=')?;
-        let (k, v) = (trim(&pair[..eq]), trim(&pair[eq + 1..]));
+        let (k, v) = (pair[..eq].trim_ascii(), pair[eq + 1..].trim_ascii());
         k.eq_ignore_ascii_case(b"for").then_some(v)
     })
-}
-
-fn trim(bytes: &[u8]) -> &[u8] {
-    bytes.trim_ascii()
 }
 
 fn is_trusted(ip: IpAddr, trusted: &[IpNet]) -> bool {
