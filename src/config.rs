@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::methods::{Access, Family, MethodOverride};
+use crate::methods::{Access, CacheClass, Family, MethodOverride};
 
 /// The whole file.
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -382,6 +382,8 @@ impl Config {
         if self.admin.api_keys.iter().any(|k| k.len() < 16) {
             return bad("admin.api_keys", "every key must be at least 16 characters");
         }
+        let builtin = crate::methods::Registry::builtin();
+        let effective = crate::methods::Registry::with_overrides(&self.methods);
         for (name, o) in &self.methods {
             let key = format!("methods.\"{name}\"");
             let Some((service, rest)) = name.split_once('.') else {
@@ -405,6 +407,22 @@ impl Config {
                 return bad(
                     &format!("{key}.access"),
                     "keystore methods carry passwords and cannot be public",
+                );
+            }
+            // One node's answer (its ID, IP, VMs) or a keystore's must never be served to
+            // another caller, whoever the override lets call the method.
+            let private = |access: Option<Access>| {
+                matches!(access, Some(Access::NodeSpecific | Access::Keystore))
+            };
+            let cache = effective.get(name).map(|m| m.cache);
+            if (private(builtin.get(name).map(|m| m.access))
+                || private(effective.get(name).map(|m| m.access))
+                || crate::methods::is_secret(name))
+                && cache.is_some_and(|c| c != CacheClass::Never)
+            {
+                return bad(
+                    &format!("{key}.cache"),
+                    "node-specific and keystore methods are never cached: cache must be \"never\"",
                 );
             }
         }
@@ -432,6 +450,38 @@ mod tests {
         assert!(e.to_string().contains("upstreams[0].url"), "{e}");
         let e = Config::parse("[health]\nfailure_threshold = 0\n", "t.toml").unwrap_err();
         assert!(e.to_string().contains("health.failure_threshold"), "{e}");
+    }
+
+    #[test]
+    fn node_specific_and_keystore_methods_cannot_be_cached() {
+        for (name, table) in [
+            ("info.getNodeID", "cache = \"immutable\""),
+            ("info.getVMs", "cache = \"network\""),
+            ("platform.exportKey", "cache = \"volatile\""),
+            ("platform.listAddresses", "cache = \"head\""),
+            // Made callable by anyone, still one node's answer.
+            ("info.getNodeIP", "access = \"public\"\ncache = \"network\""),
+            // Made node-specific, keeping the table's cache class.
+            ("platform.getHeight", "access = \"node_specific\""),
+            (
+                "info.myNodeThing",
+                "access = \"keystore\"\ncache = \"head\"",
+            ),
+        ] {
+            let text = format!("[methods.\"{name}\"]\n{table}\n");
+            let e = Config::parse(&text, "t.toml").unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("methods.\"{name}\".cache")),
+                "{text}: {e}"
+            );
+        }
+        for ok in [
+            "[methods.\"info.getNodeID\"]\ncache = \"never\"\n",
+            "[methods.\"platform.getHeight\"]\ncache = \"volatile\"\n",
+            "[methods.\"platform.getHeight\"]\naccess = \"node_specific\"\ncache = \"never\"\n",
+        ] {
+            Config::parse(ok, "t.toml").unwrap();
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The answer cache: immutable and short-lived answers served from memory (moka), identical
-//! concurrent misses collapsed into one upstream call, and never an answer a node would no longer
-//! give.
+//! concurrent misses collapsed into one upstream call (run in its own task, so it completes for
+//! the waiters when the client that started it goes away), and never an answer a node would no
+//! longer give.
 //!
 //! * [`key`]: canonical keys (requests a node reads the same way share an entry).
 //! * [`rules`]: which answers may be kept and for how long (the registry's cache class plus the
@@ -47,6 +48,7 @@ use moka::notification::RemovalCause;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
 use serde::Deserialize;
 use tower::{Layer, Service, ServiceExt};
+use tracing::Instrument;
 
 use crate::call::{Answer, AnswerKind, CacheStatus, RpcCall};
 use crate::error::ProxyError;
@@ -544,7 +546,7 @@ where
         let cache = cache.clone();
         // The polled-ready instance serves this call; a fresh clone takes its place.
         let inner = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, inner);
+        let inner = std::mem::replace(&mut self.inner, inner);
         Either::Right(Box::pin(async move {
             let stored = cache.store.get(&fingerprint).await;
             if let Some(e) = stored.filter(|e| e.is_for(&key)) {
@@ -553,70 +555,97 @@ where
                 return Ok(e.answer(CacheStatus::Hit));
             }
             cache.count(&call, "miss");
-            let ran = Arc::new(AtomicBool::new(false));
-            let init = {
-                let ran = ran.clone();
-                let cache = cache.clone();
-                let key = key.as_str();
-                // Borrowed: both stay here for the one case where the entry found is another
-                // key's (a shared fingerprint).
-                let (inner, call) = (&mut inner, &call);
-                async move {
-                    ran.store(true, Ordering::Relaxed);
-                    let answer = inner
-                        .oneshot(call.clone())
-                        .await
-                        .map_err(NotStored::Failed)?;
-                    let ttl = rules::lifetime(call, answer.kind, &answer.payload, &cache.ttls);
-                    let fresh_enough = match head {
-                        Some(h) => answer.upstream_height.is_some_and(|uh| uh >= h),
-                        None => true,
-                    };
-                    match ttl {
-                        Some(ttl) if fresh_enough => Ok(Entry::new(
-                            key,
-                            answer.kind,
-                            &answer.payload,
-                            call.spec.index,
-                            ttl,
-                        )),
-                        _ => Err(NotStored::Answer(answer)),
-                    }
-                }
-            };
-            let result = cache
-                .store
-                .entry(fingerprint)
-                .or_try_insert_with(init)
-                .await;
-            let ran = ran.load(Ordering::Relaxed);
-            if !ran {
-                cache.metrics.coalesced.inc();
-            }
-            if let Ok(entry) = &result {
-                // Listed by the call that stored it (a waiter finds it listed already).
-                if ran && entry.value().is_for(&key) {
-                    cache.index_entry(fingerprint, entry.value());
-                }
-            }
-            cache.refresh_gauges();
-            match result {
-                Ok(entry) if !entry.value().is_for(&key) => {
-                    let mut answer = inner.oneshot(call).await?;
-                    answer.cache = CacheStatus::Miss;
-                    Ok(answer)
-                }
-                Ok(entry) => Ok(entry.value().answer(CacheStatus::Miss)),
-                Err(shared) => match &*shared {
-                    NotStored::Answer(a) => {
-                        let mut a = a.clone();
-                        a.cache = CacheStatus::Miss;
-                        Ok(a)
-                    }
-                    NotStored::Failed(e) => Err(e.clone()),
-                },
+            // The miss runs in a task of its own: moka hands the entry's one upstream call to
+            // the first caller's init future, and if that future were dropped with its client
+            // (a disconnect, a client timeout) a waiter would start the call again. In a task it
+            // completes for every waiter whoever goes away; it is bounded by the upstream
+            // timeouts like any call.
+            let miss = resolve_miss(cache, inner, call, key, fingerprint, head);
+            match tokio::spawn(miss.in_current_span()).await {
+                Ok(result) => result,
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                // Only when the runtime shuts down, and then nobody reads the answer.
+                Err(_) => Err(ProxyError::Overloaded),
             }
         }))
+    }
+}
+
+/// A miss: one upstream call per key however many callers want it (moka's `or_try_insert_with`
+/// runs the first caller's init, the others wait for its outcome), stored when the rules allow.
+async fn resolve_miss<S>(
+    cache: Arc<AnswerCache>,
+    mut inner: S,
+    call: RpcCall,
+    key: String,
+    fingerprint: Fingerprint,
+    head: Option<u64>,
+) -> Result<Answer, ProxyError>
+where
+    S: Service<RpcCall, Response = Answer, Error = ProxyError>,
+{
+    let ran = Arc::new(AtomicBool::new(false));
+    let init = {
+        let ran = ran.clone();
+        let cache = cache.clone();
+        let key = key.as_str();
+        // Borrowed: both stay here for the one case where the entry found is another key's (a
+        // shared fingerprint).
+        let (inner, call) = (&mut inner, &call);
+        async move {
+            ran.store(true, Ordering::Relaxed);
+            let answer = inner
+                .oneshot(call.clone())
+                .await
+                .map_err(NotStored::Failed)?;
+            let ttl = rules::lifetime(call, answer.kind, &answer.payload, &cache.ttls);
+            let fresh_enough = match head {
+                Some(h) => answer.upstream_height.is_some_and(|uh| uh >= h),
+                None => true,
+            };
+            match ttl {
+                Some(ttl) if fresh_enough => Ok(Entry::new(
+                    key,
+                    answer.kind,
+                    &answer.payload,
+                    call.spec.index,
+                    ttl,
+                )),
+                _ => Err(NotStored::Answer(answer)),
+            }
+        }
+    };
+    let result = cache
+        .store
+        .entry(fingerprint)
+        .or_try_insert_with(init)
+        .await;
+    let ran = ran.load(Ordering::Relaxed);
+    if !ran {
+        cache.metrics.coalesced.inc();
+    }
+    if let Ok(entry) = &result {
+        // Listed by the call that stored it (a waiter finds it listed already).
+        if ran && entry.value().is_for(&key) {
+            cache.index_entry(fingerprint, entry.value());
+        }
+    }
+    cache.refresh_gauges();
+    match result {
+        Ok(entry) if !entry.value().is_for(&key) => {
+            let mut answer = inner.oneshot(call).await?;
+            answer.cache = CacheStatus::Miss;
+            Ok(answer)
+        }
+        Ok(entry) => Ok(entry.value().answer(CacheStatus::Miss)),
+        Err(shared) => match &*shared {
+            NotStored::Answer(a) => {
+                let mut a = a.clone();
+                a.cache = CacheStatus::Miss;
+                Ok(a)
+            }
+            NotStored::Failed(e) => Err(e.clone()),
+        },
     }
 }
 

@@ -1,10 +1,14 @@
 //! Who may call what. Node-specific methods (`info.getNodeID`, `info.getNodeIP`, `info.getVMs`)
 //! and keystore methods (`platform.exportKey`, `platform.listAddresses`) are refused to public
 //! callers; callers presenting `Authorization: Bearer <key>` with a key from `[admin] api_keys`
-//! may call them, and may pin a call to one upstream with `X-Snowgate-Upstream`.
+//! may call them, and may pin a call to one upstream with `X-Snowgate-Upstream`. [`keys`] parses
+//! that header (the scheme in any case) and compares keys in constant time, for the rate-limit
+//! keys too.
 //!
 //! [`PolicyLayer`] sits right under the HTTP front, before anything that costs quota or touches a
 //! node, so a refused call never reaches an upstream whatever form it came in.
+
+pub mod keys;
 
 use std::future::{ready, Ready};
 use std::task::{Context, Poll};
@@ -15,6 +19,7 @@ use tower::{Layer, Service};
 use crate::call::{Answer, RpcCall};
 use crate::error::ProxyError;
 use crate::methods::Access;
+pub use keys::KeySet;
 
 /// The pure rule: may this caller make this call?
 pub fn check(call: &RpcCall) -> Result<(), ProxyError> {
@@ -33,11 +38,11 @@ pub fn check(call: &RpcCall) -> Result<(), ProxyError> {
     })
 }
 
-/// The admin keys, compared without early exit so a timing probe learns nothing about a key's
-/// prefix.
+/// The admin keys (`[admin] api_keys`), presented as `Authorization: Bearer <key>` and compared in
+/// constant time ([`keys`]).
 #[derive(Clone, Default)]
 pub struct AdminKeys {
-    keys: std::sync::Arc<Vec<Vec<u8>>>,
+    keys: KeySet,
 }
 
 impl std::fmt::Debug for AdminKeys {
@@ -47,37 +52,19 @@ impl std::fmt::Debug for AdminKeys {
 }
 
 impl AdminKeys {
+    /// The admin keys of the config.
     pub fn new(keys: &[String]) -> AdminKeys {
         AdminKeys {
-            keys: std::sync::Arc::new(keys.iter().map(|k| k.as_bytes().to_vec()).collect()),
+            keys: KeySet::new(keys.iter().map(|k| k.as_bytes())),
         }
     }
 
     /// Does an `Authorization` header value carry one of the keys?
     pub fn authorizes(&self, authorization: Option<&[u8]>) -> bool {
-        let Some(value) = authorization else {
-            return false;
-        };
-        let Some(token) = value
-            .strip_prefix(b"Bearer ")
-            .or_else(|| value.strip_prefix(b"bearer "))
-        else {
-            return false;
-        };
-        let mut found = false;
-        for key in self.keys.iter() {
-            found |= constant_time_eq(key, token);
-        }
-        found
+        authorization
+            .and_then(keys::bearer)
+            .is_some_and(|token| self.keys.contains(token))
     }
-}
-
-/// Compares two byte strings in time independent of where they differ.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Refuses calls the caller may not make (see [`check`]).
@@ -125,6 +112,8 @@ mod tests {
     fn bearer_keys() {
         let keys = AdminKeys::new(&["k-0123456789abcdef".to_string()]);
         assert!(keys.authorizes(Some(b"Bearer k-0123456789abcdef")));
+        assert!(keys.authorizes(Some(b"bearer  k-0123456789abcdef")));
+        assert!(!keys.authorizes(Some(b"Basic k-0123456789abcdef")));
         assert!(!keys.authorizes(Some(b"Bearer k-0123456789abcdeg")));
         assert!(!keys.authorizes(Some(b"k-0123456789abcdef")));
         assert!(!keys.authorizes(None));

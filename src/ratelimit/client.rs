@@ -1,14 +1,20 @@
 //! Who a client is, for rate limiting: a configured key it presents, or else its IP address.
 //!
 //! The IP is the socket's peer, unless that peer is a trusted proxy (`[rate_limit]
-//! trusted_proxies`): then the address a proxy recorded in `X-Forwarded-For` (or `Forwarded`) is
-//! used, walking from the nearest hop outwards past trusted proxies. Headers from untrusted peers are
-//! ignored, so a client cannot pick its own identity. IPv6 clients are grouped by /64, the block a
-//! single host usually controls.
+//! trusted_proxies`): then the address a proxy recorded in one header, chosen by `[rate_limit]
+//! client_ip_header` (`X-Forwarded-For` or `Forwarded`, never both), is used. Every line of that
+//! header is read as one comma-separated list (RFC 9110 §5.3: haproxy's `option forwardfor` adds
+//! its own line after the client's), and the list is walked from the nearest hop outwards past
+//! trusted proxies. A hop that cannot be read (non-ASCII, not an address, `for=unknown`) ends the
+//! walk at the peer: whatever lies to its left was written by someone no trusted proxy vouches for.
+//! Headers from untrusted peers are ignored, so a client cannot pick its own identity. IPv6 clients
+//! are grouped by /64, the block a single host usually controls.
 
 use std::net::{IpAddr, Ipv6Addr};
 
+use http::HeaderMap;
 use ipnet::IpNet;
+use serde::Deserialize;
 
 /// The identity a quota is kept for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -19,42 +25,78 @@ pub enum ClientId {
     Ip(IpAddr),
 }
 
-/// The client's address as the rate limiter keys it.
+/// The one header a trusted proxy records the client's address in (`[rate_limit]
+/// client_ip_header`). Only this header is read: falling back to another would let a client
+/// supply the one its proxy does not overwrite.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClientIpHeader {
+    /// `X-Forwarded-For: client, proxy1, proxy2` (nginx, haproxy, most load balancers).
+    #[default]
+    XForwardedFor,
+    /// `Forwarded: for=client, for=proxy1` (RFC 7239).
+    Forwarded,
+}
+
+impl ClientIpHeader {
+    /// The header's name on the wire.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClientIpHeader::XForwardedFor => "x-forwarded-for",
+            ClientIpHeader::Forwarded => "forwarded",
+        }
+    }
+}
+
+/// The client's address as the rate limiter keys it: `peer`, or when `peer` is a trusted proxy,
+/// the nearest untrusted hop of the `which` header in `headers`.
 pub fn client_ip(
     peer: IpAddr,
     trusted: &[IpNet],
-    forwarded_for: Option<&str>,
-    forwarded: Option<&str>,
+    which: ClientIpHeader,
+    headers: &HeaderMap,
 ) -> IpAddr {
     let peer = canonical(peer);
     if !is_trusted(peer, trusted) {
         return group(peer);
     }
-    let hops: Vec<IpAddr> = match (forwarded_for, forwarded) {
-        (Some(xff), _) => xff.split(',').filter_map(|h| parse_hop(h.trim())).collect(),
-        (None, Some(fwd)) => fwd
-            .split(',')
-            .filter_map(|element| {
-                element.split(';').find_map(|pair| {
-                    let (k, v) = pair.trim().split_once('=')?;
-                    k.trim()
-                        .eq_ignore_ascii_case("for")
-                        .then(|| parse_hop(v.trim()))
-                        .flatten()
-                })
-            })
-            .collect(),
-        (None, None) => Vec::new(),
-    };
-    // Nearest hop last: skip our own proxies, the first untrusted address is the client.
-    for hop in hops.iter().rev() {
-        let hop = canonical(*hop);
+    // All lines as one list, walked from the end: the nearest proxy's hop is the last element of
+    // the last line. Skip our own proxies; the first untrusted address is the client.
+    let hops = headers
+        .get_all(which.name())
+        .iter()
+        .rev()
+        .flat_map(|line| line.as_bytes().rsplit(|&b| b == b','))
+        .map(<[u8]>::trim_ascii)
+        // RFC 9110 §5.6.1: empty list elements are allowed and mean nothing.
+        .filter(|element| !element.is_empty());
+    let mut outermost = peer;
+    for element in hops {
+        let hop = match which {
+            ClientIpHeader::XForwardedFor => parse_hop(element),
+            ClientIpHeader::Forwarded => forwarded_for(element).and_then(parse_hop),
+        };
+        // Unreadable: nothing to its left is vouched for, so the peer answers for the request.
+        let Some(hop) = hop else {
+            return group(peer);
+        };
+        let hop = canonical(hop);
         if !is_trusted(hop, trusted) {
             return group(hop);
         }
+        outermost = hop;
     }
     // Everything was a trusted proxy: the outermost recorded address, or the peer itself.
-    group(hops.first().copied().map(canonical).unwrap_or(peer))
+    group(outermost)
+}
+
+/// The `for=` value of one `Forwarded` element (`for=192.0.2.60;proto=http;by=203.0.113.43`).
+fn forwarded_for(element: &[u8]) -> Option<&[u8]> {
+    element.split(|&b| b == b';').find_map(|pair| {
+        let eq = pair.iter().position(|&b| b == b'=')?;
+        let (k, v) = (pair[..eq].trim_ascii(), pair[eq + 1..].trim_ascii());
+        k.eq_ignore_ascii_case(b"for").then_some(v)
+    })
 }
 
 fn is_trusted(ip: IpAddr, trusted: &[IpNet]) -> bool {
@@ -81,22 +123,39 @@ pub(crate) fn group(ip: IpAddr) -> IpAddr {
 }
 
 /// One hop of `X-Forwarded-For` or a `for=` value of `Forwarded`: `1.2.3.4`, `1.2.3.4:80`,
-/// `2001:db8::1`, `"[2001:db8::1]:4711"`.
-fn parse_hop(hop: &str) -> Option<IpAddr> {
-    let hop = hop.trim_matches('"');
+/// `2001:db8::1`, `"[2001:db8::1]:4711"`. Anything else (non-ASCII, `unknown`, `_hidden`) is
+/// `None`.
+fn parse_hop(hop: &[u8]) -> Option<IpAddr> {
+    let hop = std::str::from_utf8(hop).ok()?;
+    let hop = hop.strip_prefix('"').unwrap_or(hop);
+    let hop = hop.strip_suffix('"').unwrap_or(hop);
     if let Ok(ip) = hop.parse::<IpAddr>() {
         return Some(ip);
     }
     if let Some(rest) = hop.strip_prefix('[') {
-        return rest.split(']').next()?.parse().ok();
+        let (host, port) = rest.split_once(']')?;
+        return (port.is_empty() || is_port(port.strip_prefix(':')?))
+            .then(|| host.parse().ok())
+            .flatten();
     }
-    let (host, _port) = hop.rsplit_once(':')?;
-    host.parse().ok()
+    let (host, port) = hop.rsplit_once(':')?;
+    if !is_port(port) {
+        return None;
+    }
+    host.parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4)
+}
+
+fn is_port(s: &str) -> bool {
+    s.bytes().all(|b| b.is_ascii_digit()) && s.parse::<u16>().is_ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderValue;
+
+    const XFF: ClientIpHeader = ClientIpHeader::XForwardedFor;
+    const FWD: ClientIpHeader = ClientIpHeader::Forwarded;
 
     fn nets(list: &[&str]) -> Vec<IpNet> {
         list.iter().map(|s| s.parse().unwrap()).collect()
@@ -106,15 +165,32 @@ mod tests {
         s.parse().unwrap()
     }
 
+    /// A header map with these lines, in order (values may be any bytes).
+    fn lines(list: &[(&str, &[u8])]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (name, value) in list {
+            h.append(
+                http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_bytes(value).unwrap(),
+            );
+        }
+        h
+    }
+
+    fn xff(value: &str) -> HeaderMap {
+        lines(&[("x-forwarded-for", value.as_bytes())])
+    }
+
     #[test]
     fn untrusted_peers_cannot_choose_their_address() {
         let t = nets(&["10.0.0.0/8"]);
+        let h = lines(&[
+            ("x-forwarded-for", b"1.1.1.1"),
+            ("forwarded", b"for=2.2.2.2"),
+        ]);
+        assert_eq!(client_ip(ip("203.0.113.9"), &t, XFF, &h), ip("203.0.113.9"));
         assert_eq!(
-            client_ip(ip("203.0.113.9"), &t, Some("1.1.1.1"), None),
-            ip("203.0.113.9")
-        );
-        assert_eq!(
-            client_ip(ip("203.0.113.9"), &[], Some("1.1.1.1"), Some("for=2.2.2.2")),
+            client_ip(ip("203.0.113.9"), &[], FWD, &h),
             ip("203.0.113.9")
         );
     }
@@ -122,45 +198,131 @@ mod tests {
     #[test]
     fn trusted_proxies_are_skipped_from_the_right() {
         let t = nets(&["10.0.0.0/8"]);
-        assert_eq!(
-            client_ip(ip("10.0.0.1"), &t, Some("198.51.100.7, 10.0.0.2"), None),
-            ip("198.51.100.7")
-        );
+        let peer = ip("10.0.0.1");
+        let h = xff("198.51.100.7, 10.0.0.2");
+        assert_eq!(client_ip(peer, &t, XFF, &h), ip("198.51.100.7"));
         // A client-supplied left part cannot hide the real client.
-        assert_eq!(
-            client_ip(ip("10.0.0.1"), &t, Some("1.1.1.1, 198.51.100.7"), None),
-            ip("198.51.100.7")
-        );
-        assert_eq!(client_ip(ip("10.0.0.1"), &t, None, None), ip("10.0.0.1"));
+        let h = xff("1.1.1.1, 198.51.100.7");
+        assert_eq!(client_ip(peer, &t, XFF, &h), ip("198.51.100.7"));
+        assert_eq!(client_ip(peer, &t, XFF, &HeaderMap::new()), peer);
+        // Only proxies recorded: the outermost of them.
+        let h = xff("10.0.0.3, 10.0.0.2");
+        assert_eq!(client_ip(peer, &t, XFF, &h), ip("10.0.0.3"));
+    }
+
+    #[test]
+    fn every_line_of_the_header_is_one_list() {
+        // haproxy's `option forwardfor` appends its own line after the client's forged ones.
+        let t = nets(&["10.0.0.0/8"]);
+        let h = lines(&[
+            ("x-forwarded-for", b"1.1.1.1"),
+            ("x-forwarded-for", b"2.2.2.2, 3.3.3.3"),
+            ("x-forwarded-for", b"198.51.100.7"),
+        ]);
+        assert_eq!(client_ip(ip("10.0.0.1"), &t, XFF, &h), ip("198.51.100.7"));
+        // Empty elements and lines mean nothing.
+        let h = lines(&[
+            ("x-forwarded-for", b"1.1.1.1,,"),
+            ("x-forwarded-for", b" , 198.51.100.7 ,"),
+            ("x-forwarded-for", b""),
+        ]);
+        assert_eq!(client_ip(ip("10.0.0.1"), &t, XFF, &h), ip("198.51.100.7"));
+    }
+
+    #[test]
+    fn an_unreadable_hop_from_a_trusted_peer_is_the_peer() {
+        let t = nets(&["10.0.0.0/8"]);
+        let peer = ip("10.0.0.1");
+        for bad in [
+            &b"\xc3\xa9t\xc3\xa9"[..],
+            b"garbage",
+            b"1.1.1.1, unknown",
+            b"1.1.1.1:99999",
+            b"1.1.1.1, 300.1.1.1",
+        ] {
+            let mut h = lines(&[("x-forwarded-for", bad)]);
+            // A client-supplied Forwarded is never a fallback.
+            h.append("forwarded", HeaderValue::from_static("for=192.0.2.1"));
+            assert_eq!(client_ip(peer, &t, XFF, &h), peer, "{bad:?}");
+        }
+        // Non-ASCII left of the nearest readable hop does not matter: that hop is the client.
+        let h = lines(&[("x-forwarded-for", b"\xc3\xa9, 198.51.100.7")]);
+        assert_eq!(client_ip(peer, &t, XFF, &h), ip("198.51.100.7"));
+        // Past a trusted hop, garbage still stops the walk at the peer.
+        let h = xff("1.1.1.1, nonsense, 10.0.0.2");
+        assert_eq!(client_ip(peer, &t, XFF, &h), peer);
+    }
+
+    #[test]
+    fn exactly_one_header_is_read() {
+        let t = nets(&["10.0.0.0/8"]);
+        let peer = ip("10.0.0.1");
+        let only_fwd = lines(&[("forwarded", b"for=192.0.2.60")]);
+        assert_eq!(client_ip(peer, &t, XFF, &only_fwd), peer);
+        let only_xff = xff("192.0.2.60");
+        assert_eq!(client_ip(peer, &t, FWD, &only_xff), peer);
     }
 
     #[test]
     fn forwarded_header() {
         let t = nets(&["10.0.0.0/8"]);
-        assert_eq!(
-            client_ip(
-                ip("10.0.0.1"),
-                &t,
-                None,
-                Some(r#"for="[2001:db8::1]:4711";proto=http, for=10.0.0.3"#)
-            ),
-            ip("2001:db8::")
-        );
-        assert_eq!(
-            client_ip(ip("10.0.0.1"), &t, None, Some("for=192.0.2.60;by=10.0.0.1")),
-            ip("192.0.2.60")
-        );
+        let peer = ip("10.0.0.1");
+        let h = lines(&[(
+            "forwarded",
+            br#"for="[2001:db8::1]:4711";proto=http, for=10.0.0.3"#,
+        )]);
+        assert_eq!(client_ip(peer, &t, FWD, &h), ip("2001:db8::"));
+        let h = lines(&[("forwarded", b"for=192.0.2.60;by=10.0.0.1")]);
+        assert_eq!(client_ip(peer, &t, FWD, &h), ip("192.0.2.60"));
+        let h = lines(&[
+            ("forwarded", b"for=1.1.1.1"),
+            ("forwarded", b"For=192.0.2.60"),
+        ]);
+        assert_eq!(client_ip(peer, &t, FWD, &h), ip("192.0.2.60"));
+        // An element without a readable `for=` (obfuscated, unknown, missing) is the peer.
+        for bad in [
+            "for=1.1.1.1, for=unknown",
+            "for=1.1.1.1, for=_hidden",
+            "for=1.1.1.1, proto=https",
+        ] {
+            let h = lines(&[("forwarded", bad.as_bytes())]);
+            assert_eq!(client_ip(peer, &t, FWD, &h), peer, "{bad}");
+        }
     }
 
     #[test]
     fn ipv6_is_grouped_by_64_and_mapped_v4_is_v4() {
+        let none = HeaderMap::new();
         assert_eq!(
-            client_ip(ip("2001:db8:1:2:3:4:5:6"), &[], None, None),
+            client_ip(ip("2001:db8:1:2:3:4:5:6"), &[], XFF, &none),
             ip("2001:db8:1:2::")
         );
         assert_eq!(
-            client_ip(ip("::ffff:192.0.2.1"), &[], None, None),
+            client_ip(ip("::ffff:192.0.2.1"), &[], XFF, &none),
             ip("192.0.2.1")
         );
+        let t = nets(&["10.0.0.0/8"]);
+        assert_eq!(
+            client_ip(
+                ip("10.0.0.1"),
+                &t,
+                XFF,
+                &xff("[2001:db8::5]:80, ::ffff:10.0.0.2")
+            ),
+            ip("2001:db8::")
+        );
+    }
+
+    #[test]
+    fn the_header_names_parse_from_config() {
+        #[derive(Deserialize)]
+        struct T {
+            h: ClientIpHeader,
+        }
+        let t: T = toml::from_str("h = \"x-forwarded-for\"").unwrap();
+        assert_eq!(t.h, XFF);
+        let t: T = toml::from_str("h = \"forwarded\"").unwrap();
+        assert_eq!(t.h, FWD);
+        assert!(toml::from_str::<T>("h = \"x-real-ip\"").is_err());
     }
 }

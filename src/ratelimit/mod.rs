@@ -3,7 +3,8 @@
 //!
 //! * Clients presenting a key from `[[rate_limit.keys]]` (`Authorization: Bearer`, `X-Api-Key` or
 //!   `rlToken`, the header `@avalanche-sdk/client` sends) get that key's own quota; everyone else is
-//!   limited per IP ([`client::client_ip`]). Admin callers are not limited.
+//!   limited per IP ([`client::client_ip`]). Keys are parsed and compared as the admin keys are
+//!   ([`policy::keys`]). Admin callers are not limited.
 //! * Each call costs its method's `cost` from the registry; a cache hit costs `cost ×
 //!   cached_cost_factor`. Quotas are kept in tenths of a unit so fractional costs are exact enough.
 //! * A call snowgate refuses itself (unparsable, unknown method, not allowed, over the batch or
@@ -43,7 +44,8 @@ use crate::call::{Answer, RpcCall};
 use crate::error::ProxyError;
 use crate::methods::Registry;
 use crate::metrics::Metrics;
-pub use client::ClientId;
+use crate::policy::{self, KeySet};
+pub use client::{ClientId, ClientIpHeader};
 
 /// Quota units are tenths of a cost unit.
 const SCALE: f64 = 10.0;
@@ -63,8 +65,10 @@ pub struct RateLimitConfig {
     /// What a call snowgate refuses costs (unparsable, unknown method, not allowed, a batch or
     /// nesting over the limits), in cost units: reading it was work too.
     pub refused_cost: u32,
-    /// Proxies (CIDR) whose `X-Forwarded-For` / `Forwarded` headers are believed.
+    /// Proxies (CIDR) whose `client_ip_header` is believed.
     pub trusted_proxies: Vec<IpNet>,
+    /// The one header trusted proxies record the client in: `"x-forwarded-for"` or `"forwarded"`.
+    pub client_ip_header: ClientIpHeader,
     /// Client IPs tracked at most; beyond, new clients share one overflow quota.
     pub max_clients: usize,
     /// Clients with their own quota.
@@ -80,6 +84,7 @@ impl Default for RateLimitConfig {
             cached_cost_factor: 0.5,
             refused_cost: 1,
             trusted_proxies: Vec::new(),
+            client_ip_header: ClientIpHeader::default(),
             max_clients: 100_000,
             keys: Vec::new(),
         }
@@ -191,11 +196,14 @@ pub struct Limiter {
     refill: Duration,
     epoch: std::time::Instant,
     overflow: Direct,
-    per_key: Vec<(Vec<u8>, Direct)>,
+    /// The keys of `[[rate_limit.keys]]`, and each one's quota at the same position.
+    keys: KeySet,
+    per_key: Vec<Direct>,
     max_clients: usize,
     cached_cost_factor: f64,
     refused_cost: u32,
     trusted: Vec<IpNet>,
+    client_ip_header: ClientIpHeader,
     clock: MonotonicClock,
     limited: IntCounterVec,
     clients: IntGauge,
@@ -241,16 +249,14 @@ impl Limiter {
                 ),
                 MonotonicClock,
             ),
+            keys: KeySet::new(config.keys.iter().map(|k| k.key.as_bytes())),
             per_key: config
                 .keys
                 .iter()
                 .map(|k| {
-                    (
-                        k.key.as_bytes().to_vec(),
-                        RateLimiter::direct_with_clock(
-                            quota(k.requests_per_second, k.burst),
-                            MonotonicClock,
-                        ),
+                    RateLimiter::direct_with_clock(
+                        quota(k.requests_per_second, k.burst),
+                        MonotonicClock,
                     )
                 })
                 .collect(),
@@ -258,6 +264,7 @@ impl Limiter {
             cached_cost_factor: config.cached_cost_factor,
             refused_cost: config.refused_cost,
             trusted: config.trusted_proxies.clone(),
+            client_ip_header: config.client_ip_header,
             clock: MonotonicClock,
             limited,
             clients,
@@ -269,23 +276,20 @@ impl Limiter {
         let presented = [
             headers
                 .get(http::header::AUTHORIZATION)
-                .and_then(|v| v.as_bytes().strip_prefix(b"Bearer ")),
+                .and_then(|v| policy::keys::bearer(v.as_bytes())),
             headers.get("x-api-key").map(|v| v.as_bytes()),
             headers.get("rltoken").map(|v| v.as_bytes()),
         ];
         for token in presented.into_iter().flatten() {
-            for (i, (key, _)) in self.per_key.iter().enumerate() {
-                if crate::policy::constant_time_eq(key, token) {
-                    return ClientId::Key(i);
-                }
+            if let Some(i) = self.keys.position(token) {
+                return ClientId::Key(i);
             }
         }
-        let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         ClientId::Ip(client::client_ip(
             peer,
             &self.trusted,
-            text("x-forwarded-for"),
-            text("forwarded"),
+            self.client_ip_header,
+            headers,
         ))
     }
 
@@ -311,7 +315,7 @@ impl Limiter {
         };
         let outcome = match client {
             ClientId::Key(i) => match self.per_key.get(*i) {
-                Some((_, l)) => l.check_n(n),
+                Some(l) => l.check_n(n),
                 None => Ok(Ok(())),
             },
             ClientId::Ip(ip) => self.charge_ip(*ip, n),
