@@ -34,11 +34,14 @@ use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::health::Fault;
+
 /// Why a request got no answer.
 #[derive(Debug)]
 pub enum SendError {
-    /// No connection could be opened: the request never left.
-    Connect(String),
+    /// No connection could be opened: the request never left. The category says why (refused,
+    /// timed out, other); the text is for logs (it names the address).
+    Connect(Fault, String),
     /// The connection failed, or the answer was not HTTP, after the request may have been written.
     Transport(String),
     /// The answer's body is larger than the bound the caller set (in bytes).
@@ -146,9 +149,10 @@ impl Connections {
     /// The request's bytes: head and body in one buffer, written with one system call.
     fn encode(&self, path: &str, body: &[u8]) -> Result<Vec<u8>, SendError> {
         if !path.starts_with('/') || path.bytes().any(|b| !b.is_ascii_graphic()) {
-            return Err(SendError::Connect(format!(
-                "request path {path:?} is not valid"
-            )));
+            return Err(SendError::Connect(
+                Fault::ConnectFailed,
+                format!("request path {path:?} is not valid"),
+            ));
         }
         let mut length = itoa::Buffer::new();
         let mut out = Vec::with_capacity(96 + path.len() + self.host.len() + body.len());
@@ -196,13 +200,23 @@ impl Connections {
         let connect_by = tokio::time::Instant::now() + self.connect_timeout;
         let stream = match tokio::time::timeout_at(connect_by.min(deadline), connecting).await {
             Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => return Err(SendError::Connect(format!("{}: {e}", self.address))),
+            Ok(Err(e)) => {
+                let fault = if e.kind() == ErrorKind::ConnectionRefused {
+                    Fault::ConnectRefused
+                } else {
+                    Fault::ConnectFailed
+                };
+                return Err(SendError::Connect(fault, format!("{}: {e}", self.address)));
+            }
             Err(_) if deadline < connect_by => return Err(SendError::Timeout),
             Err(_) => {
-                return Err(SendError::Connect(format!(
-                    "{}: connect timed out after {:?}",
-                    self.address, self.connect_timeout
-                )))
+                return Err(SendError::Connect(
+                    Fault::ConnectTimeout,
+                    format!(
+                        "{}: connect timed out after {:?}",
+                        self.address, self.connect_timeout
+                    ),
+                ))
             }
         };
         let _ = stream.set_nodelay(true);
