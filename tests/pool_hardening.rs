@@ -575,3 +575,114 @@ async fn upstream_request_ids_are_unpredictable() {
     assert!(closest > 1 << 20, "ids {ids:?}");
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_unsolicited_answer_on_a_kept_alive_connection_is_never_taken_for_the_next() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // A node that answers each request, then 20 ms later sends another answer on the same
+    // connection, unasked: one for each of the next ids a counter would give out.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let reused = Arc::new(AtomicU64::new(0));
+    let seen_reuse = reused.clone();
+    let node = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let seen_reuse = seen_reuse.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut forged_before = false;
+                loop {
+                    // One request: head, then Content-Length bytes of body.
+                    let (head_end, length) = loop {
+                        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+                            let length: usize = head
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length: "))
+                                .and_then(|v| v.trim().parse().ok())
+                                .unwrap_or(0);
+                            break (end + 4, length);
+                        }
+                        let mut chunk = [0u8; 4096];
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    while buf.len() < head_end + length {
+                        let mut chunk = [0u8; 4096];
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let body: serde_json::Value =
+                        serde_json::from_slice(&buf[head_end..head_end + length]).unwrap();
+                    buf.drain(..head_end + length);
+                    if forged_before {
+                        seen_reuse.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let id = body["id"].as_u64().unwrap_or(0);
+                    let result = match body["method"].as_str().unwrap_or_default() {
+                        "info.isBootstrapped" => r#"{"isBootstrapped":true}"#.to_string(),
+                        "platform.getHeight" => r#"{"height":"100"}"#.to_string(),
+                        _ => r#"{"networkID":"5"}"#.to_string(),
+                    };
+                    let answer = |id: u64, result: &str| {
+                        let body = format!(r#"{{"jsonrpc":"2.0","result":{result},"id":{id}}}"#);
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        )
+                    };
+                    if stream
+                        .write_all(answer(id, &result).as_bytes())
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    if body["method"] == "info.getNetworkID" {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        let forged: String = (1..=3)
+                            .map(|k| answer(id.wrapping_add(k), r#"{"networkID":"666"}"#))
+                            .collect();
+                        if stream.write_all(forged.as_bytes()).await.is_err() {
+                            return;
+                        }
+                        forged_before = true;
+                    }
+                }
+            });
+        }
+    });
+    let mut cfg = config(vec![UpstreamConfig {
+        name: "forger".into(),
+        url: format!("http://{addr}"),
+    }]);
+    cfg.health.interval = Duration::from_secs(60);
+    let gw = snowgate::Gateway::start(cfg).await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || upstream_status(&gw, "forger")
+            .takes_traffic)
+        .await
+    );
+    for i in 0..10 {
+        let r = post(
+            &format!("{}/ext/info", gw.url()),
+            &call("info.getNetworkID", "{}"),
+        )
+        .await;
+        assert_eq!(r.status, 200, "call {i}: {}", r.body);
+        assert_eq!(r.json()["result"]["networkID"], "5", "call {i}: {}", r.body);
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    // No connection that carried the forged answers was used again.
+    assert_eq!(
+        reused.load(Ordering::Relaxed),
+        0,
+        "requests were written after unsolicited bytes"
+    );
+    gw.shutdown().await;
+    node.abort();
+}

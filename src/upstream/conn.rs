@@ -13,8 +13,10 @@
 //! * keep-alive: a connection is reused only after a complete, well-framed answer on HTTP/1.1
 //!   without `Connection: close`, and with nothing left over in its buffer;
 //! * idle connections reused newest first, at most `max_idle` of them, none idle longer than
-//!   `idle_timeout`, and none the node has closed meanwhile (checked from the reactor's readiness,
-//!   without a system call in the common case);
+//!   `idle_timeout`, and none the node has closed or sent anything on meanwhile: before a request
+//!   is written on a kept-alive connection, the kernel is asked (one `recv(MSG_PEEK)`) whether
+//!   bytes are waiting, and if any are (an unsolicited second answer, say) the connection is
+//!   closed, so they can never be read as the next request's answer;
 //! * a request that a reused connection refused to take (the write failed before any byte left)
 //!   moves to the next connection; "could not connect" is told apart from a failure after the
 //!   request may have been sent, so side-effecting calls are resent only when it is safe;
@@ -220,12 +222,52 @@ impl Connections {
             }
         };
         let _ = stream.set_nodelay(true);
+        let probe = Probe::new(&stream).map_err(|e| {
+            SendError::Connect(Fault::ConnectFailed, format!("{}: {e}", self.address))
+        })?;
         Ok(Conn {
             stream,
+            probe,
             buf: BytesMut::new(),
             reused: false,
             timer: Box::pin(tokio::time::sleep_until(deadline)),
         })
+    }
+}
+
+/// A second handle on a connection's socket (a duplicated descriptor, made once per connection),
+/// for a non-blocking `peek` that asks the kernel directly, past the reactor.
+#[cfg(unix)]
+struct Probe(std::net::TcpStream);
+
+#[cfg(unix)]
+impl Probe {
+    fn new(stream: &TcpStream) -> std::io::Result<Probe> {
+        use std::os::fd::AsFd;
+        let fd = stream.as_fd().try_clone_to_owned()?;
+        Ok(Probe(std::net::TcpStream::from(fd)))
+    }
+
+    /// Nothing is waiting to be read and the node has not closed the connection. The socket is
+    /// non-blocking (the flag is shared with the original), so this never waits.
+    fn quiet(&self) -> bool {
+        let mut byte = [0u8; 1];
+        matches!(self.0.peek(&mut byte), Err(e) if e.kind() == ErrorKind::WouldBlock)
+    }
+}
+
+/// Elsewhere the reactor's readiness alone decides.
+#[cfg(not(unix))]
+struct Probe;
+
+#[cfg(not(unix))]
+impl Probe {
+    fn new(_: &TcpStream) -> std::io::Result<Probe> {
+        Ok(Probe)
+    }
+
+    fn quiet(&self) -> bool {
+        true
     }
 }
 
@@ -341,6 +383,8 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, String> {
 /// One connection to the node and the bytes read from it but not yet used.
 struct Conn {
     stream: TcpStream,
+    /// The same socket, to ask the kernel what the reactor may not have seen yet.
+    probe: Probe,
     buf: BytesMut,
     /// It has carried an exchange before (so a refusal may mean the node closed it while idle).
     reused: bool,
@@ -352,12 +396,13 @@ struct Conn {
 
 impl Conn {
     /// Whether an idle connection can carry a request: nothing has arrived on it since its last
-    /// answer (no end-of-stream, no error, no stray bytes). The reactor's readiness answers this
-    /// without a system call unless something did arrive.
+    /// answer (no end-of-stream, no error, no stray bytes). The reactor's readiness is not enough
+    /// on its own: bytes that arrived since it last polled the kernel are not in it yet (a busy
+    /// runtime polls rarely), so when it says "nothing" the kernel is asked.
     fn is_open(&self) -> bool {
         let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
         match self.stream.poll_read_ready(&mut cx) {
-            Poll::Pending => true,
+            Poll::Pending => self.probe.quiet(),
             Poll::Ready(Err(_)) => false,
             // Readiness can be left over from the last read; a probe tells.
             Poll::Ready(Ok(())) => {
@@ -380,6 +425,7 @@ impl Conn {
             buf,
             reused,
             timer,
+            ..
         } = self;
         let mut io = ConnIo {
             stream,
@@ -591,6 +637,38 @@ mod tests {
         // Both codings: chunked wins and the connection is not reused.
         let h = head("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n");
         assert_eq!((h.framing, h.keep_alive), (Framing::Chunked, false));
+    }
+
+    /// Bytes a node sent unasked on an idle connection discard it, even before the reactor has
+    /// seen them: here the runtime never polls between the node's write and the check.
+    #[tokio::test(flavor = "current_thread")]
+    async fn bytes_waiting_on_an_idle_connection_discard_it() {
+        use std::io::Write;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let authority: http::uri::Authority =
+            listener.local_addr().unwrap().to_string().parse().unwrap();
+        let connections = Connections::new(
+            &authority,
+            Duration::from_secs(1),
+            4,
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let conn = connections.connect(deadline).await.unwrap();
+        let (mut node, _) = listener.accept().unwrap();
+        assert!(conn.is_open());
+        node.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+            .unwrap();
+        // Blocking on purpose: the loopback delivers meanwhile, and the runtime does not run.
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!conn.is_open(), "unsolicited bytes were not seen");
+        // A closed connection is not open either.
+        let conn = connections.connect(deadline).await.unwrap();
+        let (node, _) = listener.accept().unwrap();
+        drop(node);
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!conn.is_open(), "a closed connection was taken for open");
     }
 
     #[test]
