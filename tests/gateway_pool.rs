@@ -163,8 +163,14 @@ async fn server_errors_and_dropped_connections_fail_over() {
     .await;
     c.nodes[0].control().update_faults(|f| f.error_rate = 1.0);
     c.nodes[1].control().update_faults(|f| f.drop_rate = 1.0);
-    // A node is taken out after `health.passive_failures` (5) failures in a row, so call until
-    // both are out (at most 200 calls); every call is answered meanwhile.
+    // A node is taken out after `health.passive_failures` (5) failures in a row. The balancer
+    // prefers the node with the lowest latency estimate, failures included, so a faulty node
+    // that fails slower than the healthy one answers may not be tried again: slow the healthy
+    // one, so every call tries the faulty ones first. Call until both are out (at most 200
+    // calls); every call is answered meanwhile.
+    c.nodes[2]
+        .control()
+        .update_faults(|f| f.latency = Duration::from_millis(20));
     for i in 0..200 {
         if !takes_traffic(&c, "node-0").await && !takes_traffic(&c, "node-1").await {
             break;
@@ -179,7 +185,11 @@ async fn server_errors_and_dropped_connections_fail_over() {
     }
     // Both faulty nodes were taken out by what real requests saw.
     assert!(!takes_traffic(&c, "node-0").await);
-    assert!(!takes_traffic(&c, "node-1").await);
+    assert!(
+        !takes_traffic(&c, "node-1").await,
+        "{}",
+        String::from_utf8(c.gateway.metrics().render()).unwrap()
+    );
     let m = c.gateway.metrics().render();
     let m = String::from_utf8(m).unwrap();
     assert!(m.contains("outcome=\"http_5xx\""), "{m}");

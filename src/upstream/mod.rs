@@ -598,6 +598,10 @@ impl Pool {
         let mut last_error: Option<ProxyError> = None;
         let mut last_not_found: Option<Answer> = None;
         for _ in 0..self.forward.max_attempts {
+            if !tried.is_empty() && Instant::now() >= deadline {
+                // The last attempt ran into the deadline: its error stands.
+                break;
+            }
             let (index, slot) = match self.take_slot(min_height, &tried, deadline).await {
                 Ok(Some(taken)) => taken,
                 Ok(None) => break,
@@ -612,7 +616,7 @@ impl Pool {
             // from it), within the request's deadline; a timeout never counts against the node.
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
-                last_error = Some(ProxyError::UpstreamTimeout {
+                last_error.get_or_insert(ProxyError::UpstreamTimeout {
                     upstream: upstream.name.to_string(),
                 });
                 break;
