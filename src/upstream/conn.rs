@@ -46,6 +46,9 @@ pub enum SendError {
     Connect(Fault, String),
     /// The connection failed, or the answer was not HTTP, after the request may have been written.
     Transport(String),
+    /// The node answered something that is not a well-formed HTTP/1.1 answer (its head, its
+    /// chunks); the text says what, quoting nothing of it.
+    Malformed(String),
     /// The answer's body is larger than the bound the caller set (in bytes).
     TooLarge(usize),
     /// The deadline passed before the answer was complete (or before a connection opened).
@@ -278,6 +281,10 @@ enum Failure {
     Failed(SendError),
 }
 
+fn malformed(what: impl std::fmt::Display) -> Failure {
+    Failure::Failed(SendError::Malformed(what.to_string()))
+}
+
 fn transport(what: impl std::fmt::Display) -> Failure {
     Failure::Failed(SendError::Transport(what.to_string()))
 }
@@ -474,7 +481,7 @@ impl ConnIo<'_> {
             let parsed = if self.buf.is_empty() {
                 None
             } else {
-                parse_head(self.buf).map_err(transport)?
+                parse_head(self.buf).map_err(malformed)?
             };
             if let Some(head) = parsed {
                 if head.status.is_informational() {
@@ -485,7 +492,7 @@ impl ConnIo<'_> {
                 break head;
             }
             if self.buf.len() > MAX_HEAD {
-                return Err(transport("answer head larger than 64 KiB"));
+                return Err(malformed("answer head larger than 64 KiB"));
             }
             if self.fill().await? == 0 {
                 return Err(transport(if self.buf.is_empty() {
@@ -546,7 +553,7 @@ impl ConnIo<'_> {
                 match httparse::parse_chunk_size(self.buf) {
                     Ok(httparse::Status::Complete(found)) => break found,
                     Ok(httparse::Status::Partial) if self.buf.len() < 1024 => {}
-                    _ => return Err(transport("invalid chunk size in the answer")),
+                    _ => return Err(malformed("invalid chunk size in the answer")),
                 }
                 if self.fill().await? == 0 {
                     return Err(transport("the node closed the connection inside a chunk"));
@@ -567,7 +574,7 @@ impl ConnIo<'_> {
                 }
             }
             if &self.buf[size..size + 2] != b"\r\n" {
-                return Err(transport("chunk not followed by CRLF"));
+                return Err(malformed("chunk not followed by CRLF"));
             }
             body.extend_from_slice(&self.buf[..size]);
             self.buf.advance(size + 2);
@@ -585,7 +592,7 @@ impl ConnIo<'_> {
                 continue;
             }
             if self.buf.len() > MAX_HEAD {
-                return Err(transport("answer trailers larger than 64 KiB"));
+                return Err(malformed("answer trailers larger than 64 KiB"));
             }
             if self.fill().await? == 0 {
                 return Err(transport(

@@ -203,6 +203,7 @@ impl Upstream {
             .map_err(|e| match e {
                 conn::SendError::Connect(fault, d) => AttemptError::new(fault, d),
                 conn::SendError::Transport(d) => AttemptError::new(Fault::ConnectionLost, d),
+                conn::SendError::Malformed(d) => AttemptError::new(Fault::BadAnswer, d),
                 conn::SendError::TooLarge(n) => {
                     AttemptError::new(Fault::TooLarge, format!("answer larger than {n} bytes"))
                 }
@@ -619,6 +620,14 @@ impl Pool {
                 last_error.get_or_insert(ProxyError::UpstreamTimeout {
                     upstream: upstream.name.to_string(),
                 });
+                break;
+            }
+            // Under overload a request can reach the head of the queue with less time left than
+            // the node takes to answer: sending it would spend the slot and the node's work on an
+            // answer nobody waits for, and starve the requests behind it. Shed it instead.
+            let typical = Duration::from_nanos(upstream.ewma.lock().estimate_ns() as u64);
+            if remaining < typical {
+                last_error.get_or_insert(ProxyError::Overloaded);
                 break;
             }
             let timeout = remaining.min(self.attempt_timeout(call));
