@@ -71,7 +71,8 @@ pub enum ProxyError {
     #[error("upstream {upstream} unavailable: {detail}")]
     UpstreamUnavailable { upstream: String, detail: String },
     /// The upstream answered something that is not a valid JSON-RPC answer to our request.
-    /// `detail` is a fixed category (`bad answer`, `answer too large`), never the answer.
+    /// `detail` is a fixed category (`bad answer`, `invalid HTTP answer`, `answer larger than N
+    /// bytes` with the gateway's bound), never the answer.
     #[error("upstream {upstream} sent an invalid answer: {detail}")]
     BadUpstreamAnswer { upstream: String, detail: String },
 }

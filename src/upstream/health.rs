@@ -19,16 +19,18 @@ pub enum Fault {
     ConnectTimeout,
     /// Any other failure to connect.
     ConnectFailed,
-    /// The connection failed, or the answer was not HTTP, after the request may have been sent.
+    /// The connection failed after the request may have been sent.
     ConnectionLost,
+    /// What came back was not a well-formed HTTP/1.1 answer.
+    InvalidHttp,
     /// No complete answer in time.
     Timeout,
     /// An HTTP status other than 200.
     Http(u16),
     /// Not a JSON-RPC answer to the request (or not the answer a health check expects).
     BadAnswer,
-    /// An answer larger than `limits.response_bytes`.
-    TooLarge,
+    /// An answer larger than `limits.response_bytes` (the gateway's own bound, not the size).
+    TooLarge(usize),
     /// A health check's call was answered with a JSON-RPC error.
     RpcError,
     /// The node says it is not done bootstrapping.
@@ -42,10 +44,11 @@ impl fmt::Display for Fault {
             Fault::ConnectTimeout => f.write_str("connect timeout"),
             Fault::ConnectFailed => f.write_str("connect failed"),
             Fault::ConnectionLost => f.write_str("connection lost"),
+            Fault::InvalidHttp => f.write_str("invalid HTTP answer"),
             Fault::Timeout => f.write_str("timeout"),
             Fault::Http(status) => write!(f, "http {status}"),
             Fault::BadAnswer => f.write_str("bad answer"),
-            Fault::TooLarge => f.write_str("answer too large"),
+            Fault::TooLarge(bound) => write!(f, "answer larger than {bound} bytes"),
             Fault::RpcError => f.write_str("rpc error"),
             Fault::NotBootstrapped => f.write_str("not bootstrapped"),
         }
@@ -59,7 +62,7 @@ impl Fault {
     /// nothing about the node's health, which its active checks (with their own short timeout)
     /// judge. Nor does an answer over the size bound: a client can ask for a large answer.
     pub fn counts_against_node(self) -> bool {
-        !matches!(self, Fault::Timeout | Fault::TooLarge)
+        !matches!(self, Fault::Timeout | Fault::TooLarge(_))
     }
 }
 
@@ -300,7 +303,7 @@ mod tests {
         s.record(ok(5), T);
         for _ in 0..100 {
             assert!(!s.passive_failure(Fault::Timeout, 1));
-            assert!(!s.passive_failure(Fault::TooLarge, 1));
+            assert!(!s.passive_failure(Fault::TooLarge(1), 1));
         }
         assert!(s.healthy);
     }

@@ -84,11 +84,11 @@ impl AttemptError {
     fn outcome(&self) -> &'static str {
         match self.fault {
             Fault::ConnectRefused | Fault::ConnectTimeout | Fault::ConnectFailed => "connect_error",
-            Fault::ConnectionLost => "transport_error",
+            Fault::ConnectionLost | Fault::InvalidHttp => "transport_error",
             Fault::Timeout => "timeout",
             Fault::Http(s) if s >= 500 => "http_5xx",
             Fault::Http(_) => "http_error",
-            Fault::BadAnswer | Fault::TooLarge | Fault::RpcError | Fault::NotBootstrapped => {
+            Fault::BadAnswer | Fault::TooLarge(_) | Fault::RpcError | Fault::NotBootstrapped => {
                 "bad_answer"
             }
         }
@@ -99,10 +99,12 @@ impl AttemptError {
         let upstream = upstream.to_string();
         match self.fault {
             Fault::Timeout => ProxyError::UpstreamTimeout { upstream },
-            Fault::BadAnswer | Fault::TooLarge => ProxyError::BadUpstreamAnswer {
-                upstream,
-                detail: self.fault.to_string(),
-            },
+            Fault::BadAnswer | Fault::TooLarge(_) | Fault::InvalidHttp => {
+                ProxyError::BadUpstreamAnswer {
+                    upstream,
+                    detail: self.fault.to_string(),
+                }
+            }
             fault => ProxyError::UpstreamUnavailable {
                 upstream,
                 detail: fault.to_string(),
@@ -203,9 +205,9 @@ impl Upstream {
             .map_err(|e| match e {
                 conn::SendError::Connect(fault, d) => AttemptError::new(fault, d),
                 conn::SendError::Transport(d) => AttemptError::new(Fault::ConnectionLost, d),
-                conn::SendError::Malformed(d) => AttemptError::new(Fault::BadAnswer, d),
+                conn::SendError::Malformed(d) => AttemptError::new(Fault::InvalidHttp, d),
                 conn::SendError::TooLarge(n) => {
-                    AttemptError::new(Fault::TooLarge, format!("answer larger than {n} bytes"))
+                    AttemptError::new(Fault::TooLarge(n), format!("answer larger than {n} bytes"))
                 }
                 conn::SendError::Timeout => AttemptError::new(Fault::Timeout, "no answer in time"),
             })?;
@@ -251,6 +253,8 @@ impl Upstream {
 struct Slot<'a> {
     permit: Option<tokio::sync::SemaphorePermit<'a>>,
     pool: &'a Pool,
+    /// Every usable node was full when the request looked: it waited for this slot.
+    queued: bool,
 }
 
 impl Drop for Slot<'_> {
@@ -579,6 +583,7 @@ impl Pool {
             let slot = Slot {
                 permit: Some(permit),
                 pool: self,
+                queued: false,
             };
             // The attempt's time runs from when it is sent; only the request's deadline cuts it.
             let timeout = self
@@ -624,11 +629,15 @@ impl Pool {
             }
             // Under overload a request can reach the head of the queue with less time left than
             // the node takes to answer: sending it would spend the slot and the node's work on an
-            // answer nobody waits for, and starve the requests behind it. Shed it instead.
-            let typical = Duration::from_nanos(upstream.ewma.lock().estimate_ns() as u64);
-            if remaining < typical {
-                last_error.get_or_insert(ProxyError::Overloaded);
-                break;
+            // answer nobody waits for, and starve the requests behind it. Shed it instead. Only a
+            // request that queued: then the nodes are busy and their estimates keep moving (a
+            // stale estimate from one slow call must not shed a node's every request).
+            if slot.queued {
+                let typical = Duration::from_nanos(upstream.ewma.lock().estimate_ns() as u64);
+                if remaining < typical {
+                    last_error.get_or_insert(ProxyError::Overloaded);
+                    break;
+                }
             }
             let timeout = remaining.min(self.attempt_timeout(call));
             match self.attempt(upstream, call, timeout, slot).await {
@@ -693,6 +702,7 @@ impl Pool {
                         Slot {
                             permit: Some(permit),
                             pool: self,
+                            queued: waiting,
                         },
                     )));
                 }
