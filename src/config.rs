@@ -157,6 +157,10 @@ pub struct HealthConfig {
     pub failure_threshold: u32,
     /// Consecutive good checks before an unhealthy upstream is taken back.
     pub recovery_threshold: u32,
+    /// Real requests failing in a row (connect errors, dropped connections, non-200 statuses,
+    /// invalid answers; never timeouts) before an upstream is taken out between two checks, as
+    /// Envoy's consecutive-errors outlier detection. One valid answer starts the count again.
+    pub passive_failures: u32,
 }
 
 impl Default for HealthConfig {
@@ -167,6 +171,7 @@ impl Default for HealthConfig {
             max_lag_blocks: 2,
             failure_threshold: 2,
             recovery_threshold: 2,
+            passive_failures: 5,
         }
     }
 }
@@ -302,6 +307,9 @@ impl Config {
         }
         if h.recovery_threshold == 0 {
             return bad("health.recovery_threshold", "must be at least 1");
+        }
+        if h.passive_failures == 0 {
+            return bad("health.passive_failures", "must be at least 1");
         }
         let f = &self.upstream;
         if f.max_attempts == 0 {

@@ -65,10 +65,14 @@ pub enum ProxyError {
     /// The upstream did not answer in time.
     #[error("upstream {upstream} timed out")]
     UpstreamTimeout { upstream: String },
-    /// The upstream could not be reached or dropped the connection.
+    /// The upstream could not be reached, dropped the connection or answered a non-200 status.
+    /// `detail` is a fixed category (`connect refused`, `http 500`, ...): never the node's
+    /// address or anything it sent.
     #[error("upstream {upstream} unavailable: {detail}")]
     UpstreamUnavailable { upstream: String, detail: String },
     /// The upstream answered something that is not a valid JSON-RPC answer to our request.
+    /// `detail` is a fixed category (`bad answer`, `invalid HTTP answer`, `answer larger than N
+    /// bytes` with the gateway's bound), never the answer.
     #[error("upstream {upstream} sent an invalid answer: {detail}")]
     BadUpstreamAnswer { upstream: String, detail: String },
     /// A new connection over `limits.max_connections` (or, `per_address`, over

@@ -124,6 +124,9 @@ pub struct MethodSpec {
     pub height_param: Option<String>,
     /// Has a side effect: sent again to another node only when the first attempt never left.
     pub side_effect: bool,
+    /// Time one attempt on one node may take, instead of `upstream.request_timeout` (still
+    /// within `limits.request_deadline`): for methods known to be slow.
+    pub timeout: Option<std::time::Duration>,
     /// Position in the registry (sorted by name): indexes per-method tables such as metrics.
     pub index: usize,
 }
@@ -138,6 +141,10 @@ pub struct MethodOverride {
     pub cost: Option<u32>,
     pub height_param: Option<String>,
     pub side_effect: Option<bool>,
+    /// `timeout = "30s"`: this method's attempts may take this long instead of
+    /// `upstream.request_timeout`.
+    #[serde(default, with = "humantime_serde")]
+    pub timeout: Option<std::time::Duration>,
 }
 
 /// Methods whose params carry secrets: never public, never logged.
@@ -243,6 +250,7 @@ impl Registry {
                         cost,
                         height_param: height.map(str::to_string),
                         side_effect: name == "platform.issueTx",
+                        timeout: None,
                         index: 0,
                     },
                 ))
@@ -297,6 +305,7 @@ impl Registry {
                 cost: 1,
                 height_param: None,
                 side_effect: false,
+                timeout: None,
                 index: 0,
             });
             let spec = MethodSpec {
@@ -306,6 +315,7 @@ impl Registry {
                 cost: o.cost.unwrap_or(base.cost),
                 height_param: o.height_param.clone().or(base.height_param),
                 side_effect: o.side_effect.unwrap_or(base.side_effect),
+                timeout: o.timeout.or(base.timeout),
                 name: name.clone(),
                 index: 0,
             };

@@ -163,7 +163,18 @@ async fn server_errors_and_dropped_connections_fail_over() {
     .await;
     c.nodes[0].control().update_faults(|f| f.error_rate = 1.0);
     c.nodes[1].control().update_faults(|f| f.drop_rate = 1.0);
-    for i in 0..20 {
+    // A node is taken out after `health.passive_failures` (5) failures in a row. The balancer
+    // prefers the node with the lowest latency estimate, failures included, so a faulty node
+    // that fails slower than the healthy one answers may not be tried again: slow the healthy
+    // one, so every call tries the faulty ones first. Call until both are out (at most 200
+    // calls); every call is answered meanwhile.
+    c.nodes[2]
+        .control()
+        .update_faults(|f| f.latency = Duration::from_millis(20));
+    for i in 0..200 {
+        if !takes_traffic(&c, "node-0").await && !takes_traffic(&c, "node-1").await {
+            break;
+        }
         let r = post(
             &format!("{}/ext/info", c.url()),
             &call("info.getNetworkID", "{}"),
@@ -174,7 +185,11 @@ async fn server_errors_and_dropped_connections_fail_over() {
     }
     // Both faulty nodes were taken out by what real requests saw.
     assert!(!takes_traffic(&c, "node-0").await);
-    assert!(!takes_traffic(&c, "node-1").await);
+    assert!(
+        !takes_traffic(&c, "node-1").await,
+        "{}",
+        String::from_utf8(c.gateway.metrics().render()).unwrap()
+    );
     let m = c.gateway.metrics().render();
     let m = String::from_utf8(m).unwrap();
     assert!(m.contains("outcome=\"http_5xx\""), "{m}");
@@ -201,6 +216,12 @@ async fn a_hanging_node_times_out_with_504() {
     assert_eq!(r.json()["error"]["code"], -32603);
     assert_eq!(r.json()["id"], "t");
     assert!(started.elapsed() < Duration::from_secs(5));
+    // A timeout alone does not take the node out (a slow call is not the node's fault)...
+    assert!(takes_traffic(&c, "node-0").await);
+    // ...its failing health checks do (run here by hand: the interval is 60 s).
+    for _ in 0..2 {
+        c.gateway.pool().check_once(0).await;
+    }
     // The node was taken out: the next call has nowhere to go.
     let r = post(
         &format!("{}/ext/info", c.url()),
@@ -277,16 +298,19 @@ async fn garbage_from_a_node_is_a_502_and_a_failure() {
         url: format!("http://{addr}"),
     }];
     let gw = snowgate::Gateway::start(config).await.unwrap();
-    let r = post(
-        &format!("{}/ext/info", gw.url()),
-        &call("info.getNetworkID", "{}"),
-    )
-    .await;
-    assert_eq!(r.status, 502, "{}", r.body);
-    assert_eq!(r.json()["error"]["code"], -32603);
-    assert!(!r.body.contains("424242"), "{}", r.body);
-    let status = gw.pool().status();
-    assert!(!status.upstreams[0].healthy, "{status:?}");
+    // Taken out after `health.passive_failures` (5) bad answers in a row, not after one.
+    for i in 1..=5 {
+        let r = post(
+            &format!("{}/ext/info", gw.url()),
+            &call("info.getNetworkID", "{}"),
+        )
+        .await;
+        assert_eq!(r.status, 502, "{}", r.body);
+        assert_eq!(r.json()["error"]["code"], -32603);
+        assert!(!r.body.contains("424242"), "{}", r.body);
+        let status = gw.pool().status();
+        assert_eq!(status.upstreams[0].healthy, i < 5, "call {i}: {status:?}");
+    }
     gw.shutdown().await;
 }
 

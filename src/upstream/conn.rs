@@ -13,8 +13,10 @@
 //! * keep-alive: a connection is reused only after a complete, well-framed answer on HTTP/1.1
 //!   without `Connection: close`, and with nothing left over in its buffer;
 //! * idle connections reused newest first, at most `max_idle` of them, none idle longer than
-//!   `idle_timeout`, and none the node has closed meanwhile (checked from the reactor's readiness,
-//!   without a system call in the common case);
+//!   `idle_timeout`, and none the node has closed or sent anything on meanwhile: before a request
+//!   is written on a kept-alive connection, the kernel is asked (one `recv(MSG_PEEK)`) whether
+//!   bytes are waiting, and if any are (an unsolicited second answer, say) the connection is
+//!   closed, so they can never be read as the next request's answer;
 //! * a request that a reused connection refused to take (the write failed before any byte left)
 //!   moves to the next connection; "could not connect" is told apart from a failure after the
 //!   request may have been sent, so side-effecting calls are resent only when it is safe;
@@ -34,13 +36,19 @@ use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::health::Fault;
+
 /// Why a request got no answer.
 #[derive(Debug)]
 pub enum SendError {
-    /// No connection could be opened: the request never left.
-    Connect(String),
+    /// No connection could be opened: the request never left. The category says why (refused,
+    /// timed out, other); the text is for logs (it names the address).
+    Connect(Fault, String),
     /// The connection failed, or the answer was not HTTP, after the request may have been written.
     Transport(String),
+    /// The node answered something that is not a well-formed HTTP/1.1 answer (its head, its
+    /// chunks); the text says what, quoting nothing of it.
+    Malformed(String),
     /// The answer's body is larger than the bound the caller set (in bytes).
     TooLarge(usize),
     /// The deadline passed before the answer was complete (or before a connection opened).
@@ -146,9 +154,10 @@ impl Connections {
     /// The request's bytes: head and body in one buffer, written with one system call.
     fn encode(&self, path: &str, body: &[u8]) -> Result<Vec<u8>, SendError> {
         if !path.starts_with('/') || path.bytes().any(|b| !b.is_ascii_graphic()) {
-            return Err(SendError::Connect(format!(
-                "request path {path:?} is not valid"
-            )));
+            return Err(SendError::Connect(
+                Fault::ConnectFailed,
+                format!("request path {path:?} is not valid"),
+            ));
         }
         let mut length = itoa::Buffer::new();
         let mut out = Vec::with_capacity(96 + path.len() + self.host.len() + body.len());
@@ -196,22 +205,72 @@ impl Connections {
         let connect_by = tokio::time::Instant::now() + self.connect_timeout;
         let stream = match tokio::time::timeout_at(connect_by.min(deadline), connecting).await {
             Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => return Err(SendError::Connect(format!("{}: {e}", self.address))),
+            Ok(Err(e)) => {
+                let fault = if e.kind() == ErrorKind::ConnectionRefused {
+                    Fault::ConnectRefused
+                } else {
+                    Fault::ConnectFailed
+                };
+                return Err(SendError::Connect(fault, format!("{}: {e}", self.address)));
+            }
             Err(_) if deadline < connect_by => return Err(SendError::Timeout),
             Err(_) => {
-                return Err(SendError::Connect(format!(
-                    "{}: connect timed out after {:?}",
-                    self.address, self.connect_timeout
-                )))
+                return Err(SendError::Connect(
+                    Fault::ConnectTimeout,
+                    format!(
+                        "{}: connect timed out after {:?}",
+                        self.address, self.connect_timeout
+                    ),
+                ))
             }
         };
         let _ = stream.set_nodelay(true);
+        let probe = Probe::new(&stream).map_err(|e| {
+            SendError::Connect(Fault::ConnectFailed, format!("{}: {e}", self.address))
+        })?;
         Ok(Conn {
             stream,
+            probe,
             buf: BytesMut::new(),
             reused: false,
             timer: Box::pin(tokio::time::sleep_until(deadline)),
         })
+    }
+}
+
+/// A second handle on a connection's socket (a duplicated descriptor, made once per connection),
+/// for a non-blocking `peek` that asks the kernel directly, past the reactor.
+#[cfg(unix)]
+struct Probe(std::net::TcpStream);
+
+#[cfg(unix)]
+impl Probe {
+    fn new(stream: &TcpStream) -> std::io::Result<Probe> {
+        use std::os::fd::AsFd;
+        let fd = stream.as_fd().try_clone_to_owned()?;
+        Ok(Probe(std::net::TcpStream::from(fd)))
+    }
+
+    /// Nothing is waiting to be read and the node has not closed the connection. The socket is
+    /// non-blocking (the flag is shared with the original), so this never waits.
+    fn quiet(&self) -> bool {
+        let mut byte = [0u8; 1];
+        matches!(self.0.peek(&mut byte), Err(e) if e.kind() == ErrorKind::WouldBlock)
+    }
+}
+
+/// Elsewhere the reactor's readiness alone decides.
+#[cfg(not(unix))]
+struct Probe;
+
+#[cfg(not(unix))]
+impl Probe {
+    fn new(_: &TcpStream) -> std::io::Result<Probe> {
+        Ok(Probe)
+    }
+
+    fn quiet(&self) -> bool {
+        true
     }
 }
 
@@ -220,6 +279,10 @@ enum Failure {
     /// A reused connection refused the request before any of it was written: safe to resend.
     Unsent,
     Failed(SendError),
+}
+
+fn malformed(what: impl std::fmt::Display) -> Failure {
+    Failure::Failed(SendError::Malformed(what.to_string()))
 }
 
 fn transport(what: impl std::fmt::Display) -> Failure {
@@ -327,6 +390,8 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, String> {
 /// One connection to the node and the bytes read from it but not yet used.
 struct Conn {
     stream: TcpStream,
+    /// The same socket, to ask the kernel what the reactor may not have seen yet.
+    probe: Probe,
     buf: BytesMut,
     /// It has carried an exchange before (so a refusal may mean the node closed it while idle).
     reused: bool,
@@ -338,12 +403,13 @@ struct Conn {
 
 impl Conn {
     /// Whether an idle connection can carry a request: nothing has arrived on it since its last
-    /// answer (no end-of-stream, no error, no stray bytes). The reactor's readiness answers this
-    /// without a system call unless something did arrive.
+    /// answer (no end-of-stream, no error, no stray bytes). The reactor's readiness is not enough
+    /// on its own: bytes that arrived since it last polled the kernel are not in it yet (a busy
+    /// runtime polls rarely), so when it says "nothing" the kernel is asked.
     fn is_open(&self) -> bool {
         let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
         match self.stream.poll_read_ready(&mut cx) {
-            Poll::Pending => true,
+            Poll::Pending => self.probe.quiet(),
             Poll::Ready(Err(_)) => false,
             // Readiness can be left over from the last read; a probe tells.
             Poll::Ready(Ok(())) => {
@@ -366,6 +432,7 @@ impl Conn {
             buf,
             reused,
             timer,
+            ..
         } = self;
         let mut io = ConnIo {
             stream,
@@ -414,7 +481,7 @@ impl ConnIo<'_> {
             let parsed = if self.buf.is_empty() {
                 None
             } else {
-                parse_head(self.buf).map_err(transport)?
+                parse_head(self.buf).map_err(malformed)?
             };
             if let Some(head) = parsed {
                 if head.status.is_informational() {
@@ -425,7 +492,7 @@ impl ConnIo<'_> {
                 break head;
             }
             if self.buf.len() > MAX_HEAD {
-                return Err(transport("answer head larger than 64 KiB"));
+                return Err(malformed("answer head larger than 64 KiB"));
             }
             if self.fill().await? == 0 {
                 return Err(transport(if self.buf.is_empty() {
@@ -486,7 +553,7 @@ impl ConnIo<'_> {
                 match httparse::parse_chunk_size(self.buf) {
                     Ok(httparse::Status::Complete(found)) => break found,
                     Ok(httparse::Status::Partial) if self.buf.len() < 1024 => {}
-                    _ => return Err(transport("invalid chunk size in the answer")),
+                    _ => return Err(malformed("invalid chunk size in the answer")),
                 }
                 if self.fill().await? == 0 {
                     return Err(transport("the node closed the connection inside a chunk"));
@@ -507,7 +574,7 @@ impl ConnIo<'_> {
                 }
             }
             if &self.buf[size..size + 2] != b"\r\n" {
-                return Err(transport("chunk not followed by CRLF"));
+                return Err(malformed("chunk not followed by CRLF"));
             }
             body.extend_from_slice(&self.buf[..size]);
             self.buf.advance(size + 2);
@@ -525,7 +592,7 @@ impl ConnIo<'_> {
                 continue;
             }
             if self.buf.len() > MAX_HEAD {
-                return Err(transport("answer trailers larger than 64 KiB"));
+                return Err(malformed("answer trailers larger than 64 KiB"));
             }
             if self.fill().await? == 0 {
                 return Err(transport(
@@ -577,6 +644,38 @@ mod tests {
         // Both codings: chunked wins and the connection is not reused.
         let h = head("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n");
         assert_eq!((h.framing, h.keep_alive), (Framing::Chunked, false));
+    }
+
+    /// Bytes a node sent unasked on an idle connection discard it, even before the reactor has
+    /// seen them: here the runtime never polls between the node's write and the check.
+    #[tokio::test(flavor = "current_thread")]
+    async fn bytes_waiting_on_an_idle_connection_discard_it() {
+        use std::io::Write;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let authority: http::uri::Authority =
+            listener.local_addr().unwrap().to_string().parse().unwrap();
+        let connections = Connections::new(
+            &authority,
+            Duration::from_secs(1),
+            4,
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let conn = connections.connect(deadline).await.unwrap();
+        let (mut node, _) = listener.accept().unwrap();
+        assert!(conn.is_open());
+        node.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+            .unwrap();
+        // Blocking on purpose: the loopback delivers meanwhile, and the runtime does not run.
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!conn.is_open(), "unsolicited bytes were not seen");
+        // A closed connection is not open either.
+        let conn = connections.connect(deadline).await.unwrap();
+        let (node, _) = listener.accept().unwrap();
+        drop(node);
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!conn.is_open(), "a closed connection was taken for open");
     }
 
     #[test]

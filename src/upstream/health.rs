@@ -1,6 +1,70 @@
 //! Health of one upstream: the verdict of active checks (`info.isBootstrapped {"chain":"P"}` and
 //! `platform.getHeight` every `[health] interval`) and of passive signals from real requests,
-//! turned into healthy / unhealthy with hysteresis so one slow answer does not flap a node.
+//! turned into healthy / unhealthy with hysteresis so one slow answer does not flap a node; and
+//! the pool's view of its nodes' heights ([`Heights`]), judged afresh at every check so one node
+//! that lies, restarts lower or resets cannot drag the others out of rotation.
+//!
+//! What the public sees of a failure is a [`Fault`]: a fixed category (`connect refused`,
+//! `timeout`, `http 500`, ...), never a node's address, its answer's body or an error's text.
+
+use std::fmt;
+
+/// Why a node failed a request or a check, as the public may see it (`/ext/health`, a client's
+/// error message): a fixed category, never an address, a body or a library's error text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The node refused the TCP connection.
+    ConnectRefused,
+    /// No TCP connection within `upstream.connect_timeout`.
+    ConnectTimeout,
+    /// Any other failure to connect.
+    ConnectFailed,
+    /// The connection failed after the request may have been sent.
+    ConnectionLost,
+    /// What came back was not a well-formed HTTP/1.1 answer.
+    InvalidHttp,
+    /// No complete answer in time.
+    Timeout,
+    /// An HTTP status other than 200.
+    Http(u16),
+    /// Not a JSON-RPC answer to the request (or not the answer a health check expects).
+    BadAnswer,
+    /// An answer larger than `limits.response_bytes` (the gateway's own bound, not the size).
+    TooLarge(usize),
+    /// A health check's call was answered with a JSON-RPC error.
+    RpcError,
+    /// The node says it is not done bootstrapping.
+    NotBootstrapped,
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fault::ConnectRefused => f.write_str("connect refused"),
+            Fault::ConnectTimeout => f.write_str("connect timeout"),
+            Fault::ConnectFailed => f.write_str("connect failed"),
+            Fault::ConnectionLost => f.write_str("connection lost"),
+            Fault::InvalidHttp => f.write_str("invalid HTTP answer"),
+            Fault::Timeout => f.write_str("timeout"),
+            Fault::Http(status) => write!(f, "http {status}"),
+            Fault::BadAnswer => f.write_str("bad answer"),
+            Fault::TooLarge(bound) => write!(f, "answer larger than {bound} bytes"),
+            Fault::RpcError => f.write_str("rpc error"),
+            Fault::NotBootstrapped => f.write_str("not bootstrapped"),
+        }
+    }
+}
+
+impl Fault {
+    /// Whether a real request that failed this way counts against the node (passive ejection).
+    ///
+    /// A timeout does not: a slow method, or time the request spent queued in snowgate, says
+    /// nothing about the node's health, which its active checks (with their own short timeout)
+    /// judge. Nor does an answer over the size bound: a client can ask for a large answer.
+    pub fn counts_against_node(self) -> bool {
+        !matches!(self, Fault::Timeout | Fault::TooLarge(_))
+    }
+}
 
 /// The outcome of one active check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -8,7 +72,7 @@ pub enum Check {
     /// Both calls answered in time; the node says whether it is bootstrapped, and its height.
     Answered { bootstrapped: bool, height: u64 },
     /// A call failed, timed out or answered garbage.
-    Failed(String),
+    Failed(Fault),
 }
 
 /// Thresholds of the hysteresis.
@@ -31,9 +95,12 @@ pub struct HealthState {
     /// Last height the node reported.
     pub height: Option<u64>,
     pub ok_streak: u32,
+    /// Consecutive failed active checks.
     pub fail_streak: u32,
-    /// Why the last check failed (never contains secrets: only node answers and transport errors).
-    pub last_error: Option<String>,
+    /// Consecutive real requests that failed in a way that counts against the node.
+    pub passive_streak: u32,
+    /// Why the last check or request failed: a category, never an address or a body.
+    pub last_error: Option<Fault>,
 }
 
 impl HealthState {
@@ -50,7 +117,7 @@ impl HealthState {
                 self.height = Some(height);
                 self.bootstrapped = bootstrapped;
                 if !bootstrapped {
-                    self.last_error = Some("not bootstrapped".into());
+                    self.last_error = Some(Fault::NotBootstrapped);
                     self.fail();
                     self.healthy = false;
                     return;
@@ -62,8 +129,8 @@ impl HealthState {
                     self.healthy = true;
                 }
             }
-            Check::Failed(why) => {
-                self.last_error = Some(why);
+            Check::Failed(fault) => {
+                self.last_error = Some(fault);
                 self.fail();
                 if first || self.fail_streak >= t.failures {
                     self.healthy = false;
@@ -72,12 +139,38 @@ impl HealthState {
         }
     }
 
-    /// A real request failed on transport, with a 5xx or with "not done bootstrapping": the node
-    /// is taken out at once and must earn its way back through the recovery threshold.
-    pub fn passive_failure(&mut self, why: String) {
-        self.last_error = Some(why);
-        self.fail();
+    /// A real request failed with `fault`. Only faults that [count against the
+    /// node](Fault::counts_against_node) do anything, and a node is taken out only after
+    /// `threshold` of them in a row (Envoy's consecutive-errors outlier detection): one bad
+    /// answer, or a client's slow call, does not eject a node. An ejected node must earn its way
+    /// back through the recovery threshold of its active checks. Returns whether this failure
+    /// took the node out.
+    pub fn passive_failure(&mut self, fault: Fault, threshold: u32) -> bool {
+        if !fault.counts_against_node() {
+            return false;
+        }
+        self.last_error = Some(fault);
+        self.passive_streak = self.passive_streak.saturating_add(1);
+        if self.passive_streak < threshold || !self.healthy {
+            return false;
+        }
+        self.passive_streak = 0;
+        self.ok_streak = 0;
         self.healthy = false;
+        true
+    }
+
+    /// A real request got a valid answer (a JSON-RPC error included): the failure run ends.
+    pub fn passive_success(&mut self) {
+        self.passive_streak = 0;
+    }
+
+    /// The height this node contributes to the pool's view: only while its last active check
+    /// answered and it is bootstrapped (a node that has left, or is syncing, does not count).
+    pub fn reported_height(&self) -> Option<u64> {
+        (self.checked && self.bootstrapped && self.fail_streak == 0)
+            .then_some(self.height)
+            .flatten()
     }
 
     fn fail(&mut self) {
@@ -86,17 +179,74 @@ impl HealthState {
     }
 }
 
-/// Is a node at `height` close enough to the pool's best height to take traffic?
-pub fn within_lag(height: Option<u64>, best: u64, max_lag: u64) -> bool {
-    match height {
-        Some(h) => h.saturating_add(max_lag) >= best,
-        None => false,
+/// The pool's view of its nodes' heights, recomputed from the heights reported now (never kept
+/// from the past: a node that leaves, restarts lower or resets moves it at the next check).
+///
+/// With three or more reporting nodes, the *quorum height* is the highest height at least half
+/// of them (rounded up) have reached; a node takes traffic only within `max_lag_blocks` of it on
+/// either side. So one node reporting 10,000,000 is implausible and takes no traffic, while the
+/// honest majority keeps serving. With one or two nodes there is no majority to believe: the
+/// highest height is the mark and only lag is judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Heights {
+    /// The highest plausible height a reporting node has reached (cache validity, "not found"
+    /// retries, `/ext/health`).
+    pub best: u64,
+    /// A node below this lags.
+    pub floor: u64,
+    /// A node above this is implausible (`u64::MAX` when there is no quorum to judge by).
+    pub ceiling: u64,
+}
+
+impl Heights {
+    /// Judges the heights of the nodes that report one now (see [`HealthState::reported_height`]).
+    pub fn judge(reported: &[u64], max_lag: u64) -> Heights {
+        let mut sorted = reported.to_vec();
+        sorted.sort_unstable_by(|a, b| b.cmp(a));
+        let k = sorted.len();
+        if k < 3 {
+            let best = sorted.first().copied().unwrap_or(0);
+            return Heights {
+                best,
+                floor: best.saturating_sub(max_lag),
+                ceiling: u64::MAX,
+            };
+        }
+        // The ceil(k/2)-th highest: with one outlier among three or more, always an honest one.
+        let quorum = sorted[k.div_ceil(2) - 1];
+        let ceiling = quorum.saturating_add(max_lag);
+        let best = sorted
+            .iter()
+            .copied()
+            .find(|&h| h <= ceiling)
+            .unwrap_or(quorum);
+        Heights {
+            best,
+            floor: quorum.saturating_sub(max_lag),
+            ceiling,
+        }
     }
+
+    /// Whether a node at `height` may take traffic as far as heights go.
+    pub fn admits(&self, height: Option<u64>) -> bool {
+        height.is_some_and(|h| h >= self.floor && h <= self.ceiling)
+    }
+
+    /// Whether `height` is above what the quorum makes believable.
+    pub fn implausible(&self, height: Option<u64>) -> bool {
+        height.is_some_and(|h| h > self.ceiling)
+    }
+}
+
+/// The selection rule: a node may be picked only when it is healthy and its height is admitted.
+pub fn eligible(state: &HealthState, heights: &Heights) -> bool {
+    state.healthy && heights.admits(state.height)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     const T: Thresholds = Thresholds {
         failures: 2,
@@ -121,9 +271,9 @@ mod tests {
     fn hysteresis_both_ways() {
         let mut s = HealthState::default();
         s.record(ok(5), T);
-        s.record(Check::Failed("x".into()), T);
+        s.record(Check::Failed(Fault::Timeout), T);
         assert!(s.healthy, "one failure is tolerated");
-        s.record(Check::Failed("x".into()), T);
+        s.record(Check::Failed(Fault::Timeout), T);
         assert!(!s.healthy);
         s.record(ok(6), T);
         s.record(ok(7), T);
@@ -133,11 +283,29 @@ mod tests {
     }
 
     #[test]
-    fn passive_failure_ejects_at_once() {
+    fn passive_failures_eject_only_in_a_row() {
         let mut s = HealthState::default();
         s.record(ok(5), T);
-        s.passive_failure("reset".into());
+        assert!(!s.passive_failure(Fault::ConnectionLost, 3));
+        assert!(!s.passive_failure(Fault::Http(500), 3));
+        s.passive_success();
+        assert!(!s.passive_failure(Fault::ConnectionLost, 3));
+        assert!(!s.passive_failure(Fault::ConnectionLost, 3));
+        assert!(s.healthy, "a success in between starts the count again");
+        assert!(s.passive_failure(Fault::BadAnswer, 3));
         assert!(!s.healthy);
+        assert_eq!(s.last_error, Some(Fault::BadAnswer));
+    }
+
+    #[test]
+    fn timeouts_never_eject() {
+        let mut s = HealthState::default();
+        s.record(ok(5), T);
+        for _ in 0..100 {
+            assert!(!s.passive_failure(Fault::Timeout, 1));
+            assert!(!s.passive_failure(Fault::TooLarge(1), 1));
+        }
+        assert!(s.healthy);
     }
 
     #[test]
@@ -152,12 +320,103 @@ mod tests {
             T,
         );
         assert!(!s.healthy);
+        assert_eq!(s.reported_height(), None);
     }
 
     #[test]
-    fn lag() {
-        assert!(within_lag(Some(98), 100, 2));
-        assert!(!within_lag(Some(97), 100, 2));
-        assert!(!within_lag(None, 100, 2));
+    fn categories_name_no_detail() {
+        assert_eq!(Fault::Http(500).to_string(), "http 500");
+        assert_eq!(Fault::ConnectRefused.to_string(), "connect refused");
+    }
+
+    #[test]
+    fn one_or_two_nodes_follow_the_highest() {
+        let h = Heights::judge(&[98, 100], 2);
+        assert_eq!((h.best, h.floor, h.ceiling), (100, 98, u64::MAX));
+        assert!(h.admits(Some(98)) && !h.admits(Some(97)) && !h.admits(None));
+        assert_eq!(Heights::judge(&[], 2).best, 0);
+    }
+
+    #[test]
+    fn a_liar_among_three_is_implausible() {
+        let h = Heights::judge(&[100, 10_000_000, 101], 2);
+        assert_eq!(h.best, 101);
+        assert!(h.implausible(Some(10_000_000)));
+        assert!(h.admits(Some(100)) && h.admits(Some(101)));
+        // A node reset to zero lags; the others are untouched.
+        let h = Heights::judge(&[100, 0, 101], 2);
+        assert_eq!(h.best, 101);
+        assert!(!h.admits(Some(0)) && h.admits(Some(100)));
+    }
+
+    #[test]
+    fn the_best_height_goes_down_when_the_highest_node_leaves() {
+        assert_eq!(Heights::judge(&[1_000, 10], 2).best, 1_000);
+        assert_eq!(Heights::judge(&[10], 2).best, 10);
+    }
+
+    fn node() -> impl Strategy<Value = HealthState> {
+        (
+            any::<bool>(),
+            any::<bool>(),
+            proptest::option::of(0u64..1_000),
+        )
+            .prop_map(|(healthy, bootstrapped, height)| HealthState {
+                healthy,
+                checked: true,
+                bootstrapped,
+                height,
+                ..HealthState::default()
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn no_unhealthy_lagging_or_implausible_node_is_ever_picked(
+            nodes in proptest::collection::vec(node(), 0..8),
+            max_lag in 0u64..10,
+            seed in any::<u64>(),
+        ) {
+            use rand::SeedableRng;
+            let reported: Vec<u64> = nodes.iter().filter_map(HealthState::reported_height).collect();
+            let heights = Heights::judge(&reported, max_lag);
+            let candidates: Vec<usize> =
+                (0..nodes.len()).filter(|&i| eligible(&nodes[i], &heights)).collect();
+            let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+            if let Some(k) = super::super::balance::pick_p2c(candidates.len(), |_| 1.0, &mut rng) {
+                let s = &nodes[candidates[k]];
+                let h = s.height.unwrap_or_default();
+                prop_assert!(s.healthy);
+                // The rule, restated: within max_lag of the quorum height (the ceil(k/2)-th
+                // highest) with three or more reporting nodes, else not behind the highest.
+                let mut sorted = reported.clone();
+                sorted.sort_unstable_by(|a, b| b.cmp(a));
+                if sorted.len() >= 3 {
+                    let quorum = sorted[sorted.len().div_ceil(2) - 1];
+                    prop_assert!(h + max_lag >= quorum, "lagging");
+                    prop_assert!(h <= quorum + max_lag, "implausible");
+                } else {
+                    let top = sorted.first().copied().unwrap_or(0);
+                    prop_assert!(h + max_lag >= top, "lagging");
+                }
+            }
+        }
+
+        #[test]
+        fn one_liar_among_three_or_more_leaves_the_honest_nodes_serving(
+            honest in proptest::collection::vec(0u64..=4, 2..7),
+            base in 0u64..1_000_000,
+            liar in any::<u64>(),
+        ) {
+            // Honest nodes within max_lag (4) of each other; one node anywhere at all.
+            let max_lag = 4;
+            let mut reported: Vec<u64> = honest.iter().map(|d| base + d).collect();
+            reported.push(liar);
+            let heights = Heights::judge(&reported, max_lag);
+            for d in &honest {
+                prop_assert!(heights.admits(Some(base + d)), "{heights:?}");
+            }
+            prop_assert!(heights.best <= base + 4 + max_lag);
+        }
     }
 }

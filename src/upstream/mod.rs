@@ -2,13 +2,20 @@
 //!
 //! * [`conn`]: keep-alive HTTP/1.1 connections to each node (a small client of its own),
 //!   with connect and per-attempt timeouts.
-//! * [`health`]: active checks every `[health] interval` plus passive signals from real requests,
-//!   with hysteresis; a node more than `max_lag_blocks` behind the best height takes no traffic.
+//! * [`health`]: active checks every `[health] interval` plus passive signals from real requests
+//!   (`[health] passive_failures` in a row; timeouts never count), with hysteresis; the pool's
+//!   heights judged afresh at every check, so a node more than `max_lag_blocks` behind the quorum
+//!   height takes no traffic, nor (with three or more nodes) one implausibly far ahead of it.
 //! * [`balance`]: power of two choices over peak-EWMA latency times requests in flight.
 //! * [`Pool::forward`]: failover for reads (transport errors, timeouts, 5xx and garbage answers
 //!   move to another node within `max_attempts` and one deadline), side-effecting calls
 //!   (`issueTx`) re-sent only when the first attempt never connected, height-aware routing.
 //! * [`answer`]: what a node sends back is checked before a client sees it.
+//!
+//! What the public sees of a node's failure (a client's error, `/ext/health`) is a
+//! [`health::Fault`] category and the node's configured name; the logs may add its address, never
+//! a request's params or a node's answer body. Upstream request ids are random 64-bit numbers, so
+//! a node cannot answer a request before it has seen it.
 
 pub mod answer;
 pub mod balance;
@@ -29,7 +36,7 @@ use crate::config::{ForwardConfig, HealthConfig, LimitsConfig, UpstreamConfig};
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
 use balance::PeakEwma;
-use health::{Check, HealthState, Thresholds};
+use health::{Check, Fault, HealthState, Heights, Thresholds};
 
 /// Checks a node base URL: `http://host:port` with no path, query or credentials. Returns the
 /// authority to send requests to.
@@ -50,49 +57,57 @@ pub fn parse_base_url(url: &str) -> Result<http::uri::Authority, String> {
     Ok(authority)
 }
 
-/// Why one attempt on one node failed.
+/// Why one attempt on one node failed: the public category, and detail for the logs only (it
+/// may name the node's address, never a body).
 #[derive(Debug, Clone)]
-enum AttemptError {
-    /// The TCP connection could not be opened: the request never left.
-    Connect(String),
-    /// The connection failed after the request may have been sent.
-    Transport(String),
-    Timeout,
-    /// A non-200 HTTP status (5xx, or 503 "not done bootstrapping").
-    Status(StatusCode, String),
-    /// Not a valid JSON-RPC answer to our request.
-    Garbage(String),
+struct AttemptError {
+    fault: Fault,
+    detail: String,
 }
 
 impl AttemptError {
-    fn outcome(&self) -> &'static str {
-        match self {
-            AttemptError::Connect(_) => "connect_error",
-            AttemptError::Transport(_) => "transport_error",
-            AttemptError::Timeout => "timeout",
-            AttemptError::Status(s, _) if s.is_server_error() => "http_5xx",
-            AttemptError::Status(..) => "http_error",
-            AttemptError::Garbage(_) => "bad_answer",
+    fn new(fault: Fault, detail: impl Into<String>) -> AttemptError {
+        AttemptError {
+            fault,
+            detail: detail.into(),
         }
     }
 
+    /// The request never left: no connection could be opened.
+    fn never_left(&self) -> bool {
+        matches!(
+            self.fault,
+            Fault::ConnectRefused | Fault::ConnectTimeout | Fault::ConnectFailed
+        )
+    }
+
+    fn outcome(&self) -> &'static str {
+        match self.fault {
+            Fault::ConnectRefused | Fault::ConnectTimeout | Fault::ConnectFailed => "connect_error",
+            Fault::ConnectionLost | Fault::InvalidHttp => "transport_error",
+            Fault::Timeout => "timeout",
+            Fault::Http(s) if s >= 500 => "http_5xx",
+            Fault::Http(_) => "http_error",
+            Fault::BadAnswer | Fault::TooLarge(_) | Fault::RpcError | Fault::NotBootstrapped => {
+                "bad_answer"
+            }
+        }
+    }
+
+    /// The client's error: the node's name and the category, nothing the node sent.
     fn into_proxy_error(self, upstream: &str) -> ProxyError {
         let upstream = upstream.to_string();
-        match self {
-            AttemptError::Timeout => ProxyError::UpstreamTimeout { upstream },
-            AttemptError::Connect(d) | AttemptError::Transport(d) => {
-                ProxyError::UpstreamUnavailable {
+        match self.fault {
+            Fault::Timeout => ProxyError::UpstreamTimeout { upstream },
+            Fault::BadAnswer | Fault::TooLarge(_) | Fault::InvalidHttp => {
+                ProxyError::BadUpstreamAnswer {
                     upstream,
-                    detail: d,
+                    detail: self.fault.to_string(),
                 }
             }
-            AttemptError::Status(s, body) => ProxyError::UpstreamUnavailable {
+            fault => ProxyError::UpstreamUnavailable {
                 upstream,
-                detail: format!("HTTP {}: {}", s.as_u16(), body.trim_end()),
-            },
-            AttemptError::Garbage(d) => ProxyError::BadUpstreamAnswer {
-                upstream,
-                detail: d,
+                detail: fault.to_string(),
             },
         }
     }
@@ -188,17 +203,21 @@ impl Upstream {
             .post(path, &body, max_bytes, deadline)
             .await
             .map_err(|e| match e {
-                conn::SendError::Connect(d) => AttemptError::Connect(d),
-                conn::SendError::Transport(d) => AttemptError::Transport(d),
+                conn::SendError::Connect(fault, d) => AttemptError::new(fault, d),
+                conn::SendError::Transport(d) => AttemptError::new(Fault::ConnectionLost, d),
+                conn::SendError::Malformed(d) => AttemptError::new(Fault::InvalidHttp, d),
                 conn::SendError::TooLarge(n) => {
-                    AttemptError::Garbage(format!("answer larger than {n} bytes"))
+                    AttemptError::new(Fault::TooLarge(n), format!("answer larger than {n} bytes"))
                 }
-                conn::SendError::Timeout => AttemptError::Timeout,
+                conn::SendError::Timeout => AttemptError::new(Fault::Timeout, "no answer in time"),
             })?;
         if reply.status != StatusCode::OK {
-            let shown = &reply.body[..reply.body.len().min(200)];
-            let text = String::from_utf8_lossy(shown).into_owned();
-            return Err(AttemptError::Status(reply.status, text));
+            // The body is not kept: a node may echo the request, and with it a password.
+            let status = reply.status.as_u16();
+            return Err(AttemptError::new(
+                Fault::Http(status),
+                format!("HTTP status {status}"),
+            ));
         }
         Ok(reply.body)
     }
@@ -234,6 +253,8 @@ impl Upstream {
 struct Slot<'a> {
     permit: Option<tokio::sync::SemaphorePermit<'a>>,
     pool: &'a Pool,
+    /// Every usable node was full when the request looked: it waited for this slot.
+    queued: bool,
 }
 
 impl Drop for Slot<'_> {
@@ -323,11 +344,17 @@ pub struct UpstreamStatus {
     pub name: String,
     /// Passing its health checks.
     pub healthy: bool,
-    /// Healthy and within `max_lag_blocks` of the best height: receives requests.
+    /// Healthy and its height admitted (within `max_lag_blocks` of the quorum height): receives
+    /// requests.
     pub takes_traffic: bool,
+    /// Its height is implausibly far ahead of what the other nodes report: it takes no traffic.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub implausible_height: bool,
     pub bootstrapped: bool,
     pub height: Option<u64>,
     pub in_flight: usize,
+    /// Why its last check or request failed: a fixed category (`connect refused`, `timeout`,
+    /// `http 500`, `bad answer`, `not bootstrapped`, ...), never an address or a body.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
 }
@@ -347,7 +374,10 @@ pub struct PoolStatus {
 /// The configured nodes and how to reach them.
 pub struct Pool {
     upstreams: Vec<Arc<Upstream>>,
+    /// [`Heights`], recomputed after every check (three words, read per candidate per request).
     best_height: AtomicU64,
+    height_floor: AtomicU64,
+    height_ceiling: AtomicU64,
     health: HealthConfig,
     forward: ForwardConfig,
     /// Signalled whenever a concurrency slot is released anywhere in the pool.
@@ -357,7 +387,6 @@ pub struct Pool {
     /// Largest answer accepted from a node.
     max_response_bytes: usize,
     metrics: Metrics,
-    next_id: AtomicU64,
 }
 
 impl Pool {
@@ -382,19 +411,28 @@ impl Pool {
         Ok(Pool {
             upstreams,
             best_height: AtomicU64::new(0),
+            height_floor: AtomicU64::new(0),
+            height_ceiling: AtomicU64::new(u64::MAX),
             health,
             forward,
             slot_freed: tokio::sync::Notify::new(),
             deadline: limits.request_deadline,
             max_response_bytes: limits.response_bytes,
             metrics,
-            next_id: AtomicU64::new(1),
         })
     }
 
-    /// The best accepted height the health checks have seen.
+    /// The highest plausible height the nodes report now (see [`Heights`]).
     pub fn best_height(&self) -> u64 {
         self.best_height.load(Ordering::Relaxed)
+    }
+
+    fn heights(&self) -> Heights {
+        Heights {
+            best: self.best_height.load(Ordering::Relaxed),
+            floor: self.height_floor.load(Ordering::Relaxed),
+            ceiling: self.height_ceiling.load(Ordering::Relaxed),
+        }
     }
 
     /// The upstreams, in configuration order.
@@ -408,8 +446,7 @@ impl Pool {
     }
 
     fn takes_traffic(&self, state: &HealthState) -> bool {
-        state.healthy
-            && health::within_lag(state.height, self.best_height(), self.health.max_lag_blocks)
+        health::eligible(state, &self.heights())
     }
 
     /// The pool's state for `/ext/health`.
@@ -423,10 +460,11 @@ impl Pool {
                     name: u.name.to_string(),
                     healthy: s.healthy,
                     takes_traffic: self.takes_traffic(&s),
+                    implausible_height: self.heights().implausible(s.height),
                     bootstrapped: s.bootstrapped,
                     height: s.height,
                     in_flight: u.in_flight.load(Ordering::Relaxed),
-                    last_error: s.last_error.clone(),
+                    last_error: s.last_error.map(|f| f.to_string()),
                 }
             })
             .collect();
@@ -483,7 +521,7 @@ impl Pool {
         timeout: Duration,
         _slot: Slot<'_>,
     ) -> Result<(AnswerKind, Bytes), AttemptError> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = upstream_id();
         let body = call.upstream_body(id);
         let handles = &upstream.metrics;
         let started = Instant::now();
@@ -498,7 +536,9 @@ impl Pool {
                 self.max_response_bytes,
             )
             .await
-            .and_then(|b| answer::check(&b, id).map_err(AttemptError::Garbage));
+            .and_then(|b| {
+                answer::check(&b, id).map_err(|why| AttemptError::new(Fault::BadAnswer, why))
+            });
         let ended = Instant::now();
         let elapsed = ended.saturating_duration_since(started);
         upstream.ewma.lock().observe(elapsed, ended);
@@ -509,11 +549,20 @@ impl Pool {
             Err(e) => e.outcome(),
         };
         handles.requests.inc(0, &[&upstream.name], outcome);
-        if let Err(e) = &result {
-            let why = format!("{}: {e:?}", e.outcome());
-            tracing::warn!(request_id = call.caller.request_id(), upstream = %upstream.name, error = ?e, "upstream attempt failed");
-            upstream.state.lock().passive_failure(why);
-            handles.healthy.set(0);
+        match &result {
+            Ok(_) => upstream.state.lock().passive_success(),
+            Err(e) => {
+                // The detail may name the node's address; it never holds a body or params.
+                tracing::warn!(request_id = call.caller.request_id(), upstream = %upstream.name, fault = %e.fault, detail = %e.detail, "upstream attempt failed");
+                let ejected = upstream
+                    .state
+                    .lock()
+                    .passive_failure(e.fault, self.health.passive_failures);
+                if ejected {
+                    tracing::warn!(upstream = %upstream.name, fault = %e.fault, failures = self.health.passive_failures, "upstream taken out after failures in a row");
+                    handles.healthy.set(0);
+                }
+            }
         }
         result
     }
@@ -534,11 +583,17 @@ impl Pool {
             let slot = Slot {
                 permit: Some(permit),
                 pool: self,
+                queued: false,
             };
+            // The attempt's time runs from when it is sent; only the request's deadline cuts it.
             let timeout = self
-                .forward
-                .request_timeout
+                .attempt_timeout(call)
                 .min(self.deadline.saturating_sub(started.elapsed()));
+            if timeout.is_zero() {
+                return Err(ProxyError::UpstreamTimeout {
+                    upstream: upstream.name.to_string(),
+                });
+            }
             return match self.attempt(upstream, call, timeout, slot).await {
                 Ok((kind, payload)) => Ok(answer_from(kind, payload, upstream)),
                 Err(e) => Err(e.into_proxy_error(&upstream.name)),
@@ -549,6 +604,10 @@ impl Pool {
         let mut last_error: Option<ProxyError> = None;
         let mut last_not_found: Option<Answer> = None;
         for _ in 0..self.forward.max_attempts {
+            if !tried.is_empty() && Instant::now() >= deadline {
+                // The last attempt ran into the deadline: its error stands.
+                break;
+            }
             let (index, slot) = match self.take_slot(min_height, &tried, deadline).await {
                 Ok(Some(taken)) => taken,
                 Ok(None) => break,
@@ -559,8 +618,28 @@ impl Pool {
             };
             tried.push(index);
             let upstream = &self.upstreams[index];
+            // The attempt gets its whole timeout from now (time queued for a slot is not taken
+            // from it), within the request's deadline; a timeout never counts against the node.
             let remaining = deadline.saturating_duration_since(Instant::now());
-            let timeout = remaining.min(self.forward.request_timeout);
+            if remaining.is_zero() {
+                last_error.get_or_insert(ProxyError::UpstreamTimeout {
+                    upstream: upstream.name.to_string(),
+                });
+                break;
+            }
+            // Under overload a request can reach the head of the queue with less time left than
+            // the node takes to answer: sending it would spend the slot and the node's work on an
+            // answer nobody waits for, and starve the requests behind it. Shed it instead. Only a
+            // request that queued: then the nodes are busy and their estimates keep moving (a
+            // stale estimate from one slow call must not shed a node's every request).
+            if slot.queued {
+                let typical = Duration::from_nanos(upstream.ewma.lock().estimate_ns() as u64);
+                if remaining < typical {
+                    last_error.get_or_insert(ProxyError::Overloaded);
+                    break;
+                }
+            }
+            let timeout = remaining.min(self.attempt_timeout(call));
             match self.attempt(upstream, call, timeout, slot).await {
                 Ok((kind, payload)) => {
                     let answer = answer_from(kind, payload, upstream);
@@ -571,7 +650,7 @@ impl Pool {
                     return Ok(answer);
                 }
                 Err(e) => {
-                    let never_left = matches!(e, AttemptError::Connect(_));
+                    let never_left = e.never_left();
                     let err = e.into_proxy_error(&upstream.name);
                     if call.spec.side_effect && !never_left {
                         return Err(err);
@@ -584,6 +663,12 @@ impl Pool {
             return Ok(answer);
         }
         Err(last_error.unwrap_or(ProxyError::NoHealthyUpstream))
+    }
+
+    /// The time one attempt of `call` may take: the method's own `timeout`, else
+    /// `upstream.request_timeout`.
+    fn attempt_timeout(&self, call: &RpcCall) -> Duration {
+        call.spec.timeout.unwrap_or(self.forward.request_timeout)
     }
 
     /// Picks a node and takes one of its concurrency slots. Nodes at their cap are passed over;
@@ -617,6 +702,7 @@ impl Pool {
                         Slot {
                             permit: Some(permit),
                             pool: self,
+                            queued: waiting,
                         },
                     )));
                 }
@@ -653,13 +739,17 @@ impl Pool {
             && call.caller.pin.is_none()
     }
 
-    /// Starts one health-check task per upstream; they stop when `shutdown` flips to true.
+    /// Starts one health-check task per upstream, each checking first one interval from now (the
+    /// gateway runs a first round itself before it serves); they stop when `shutdown` flips to
+    /// true.
     pub fn spawn_health_checks(self: &Arc<Self>, shutdown: tokio::sync::watch::Receiver<bool>) {
         for index in 0..self.upstreams.len() {
             let pool = Arc::clone(self);
             let mut shutdown = shutdown.clone();
             tokio::spawn(async move {
-                let mut tick = tokio::time::interval(pool.health.interval);
+                // The first round ran when the pool was built: the next is one interval on.
+                let every = pool.health.interval;
+                let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     tokio::select! {
@@ -698,8 +788,8 @@ impl Pool {
     async fn run_check(&self, upstream: &Upstream) -> Check {
         let timeout = self.health.timeout;
         let max = 1024 * 1024;
-        let boot_id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let height_id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let boot_id = upstream_id();
+        let height_id = upstream_id();
         let boot_body = format!(
             "{{\"jsonrpc\":\"2.0\",\"id\":{boot_id},\"method\":\"info.isBootstrapped\",\"params\":{{\"chain\":\"P\"}}}}"
         );
@@ -710,24 +800,35 @@ impl Pool {
             upstream.post("/ext/info", boot_body.into_bytes(), timeout, max),
             upstream.post("/ext/bc/P", height_body.into_bytes(), timeout, max),
         );
+        // A failed call's category, logged here with its detail (never a body: a JSON-RPC
+        // error's message is not kept either).
         let field = |r: Result<Bytes, AttemptError>,
                      id: u64,
                      name: &str|
-         -> Result<crate::jsonrpc::Json, String> {
-            let body = r.map_err(|e| format!("{}: {e:?}", e.outcome()))?;
-            let (kind, payload) = answer::check(&body, id)?;
+         -> Result<crate::jsonrpc::Json, AttemptError> {
+            let body = r?;
+            let (kind, payload) =
+                answer::check(&body, id).map_err(|why| AttemptError::new(Fault::BadAnswer, why))?;
             if kind == AnswerKind::Error {
-                return Err(answer::error_message(&payload).unwrap_or_else(|| "error".into()));
+                return Err(AttemptError::new(Fault::RpcError, "a JSON-RPC error"));
             }
-            let v = crate::jsonrpc::Json::parse(&payload).map_err(|e| e.to_string())?;
+            let v = crate::jsonrpc::Json::parse(&payload)
+                .map_err(|_| AttemptError::new(Fault::BadAnswer, "result is not JSON"))?;
             v.field(name)
                 .cloned()
-                .ok_or_else(|| format!("no {name} in answer"))
+                .ok_or_else(|| AttemptError::new(Fault::BadAnswer, format!("no {name} in answer")))
+        };
+        let failed = |call: &str, e: AttemptError| {
+            tracing::debug!(upstream = %upstream.name, call, fault = %e.fault, detail = %e.detail, "health check failed");
+            Check::Failed(e.fault)
         };
         let bootstrapped = match field(boot, boot_id, "isBootstrapped") {
             Ok(crate::jsonrpc::Json::Bool(b)) => b,
-            Ok(_) => return Check::Failed("isBootstrapped is not a bool".into()),
-            Err(e) => return Check::Failed(format!("info.isBootstrapped: {e}")),
+            Ok(_) => {
+                let e = AttemptError::new(Fault::BadAnswer, "isBootstrapped is not a bool");
+                return failed("info.isBootstrapped", e);
+            }
+            Err(e) => return failed("info.isBootstrapped", e),
         };
         let height = match field(height, height_id, "height") {
             Ok(crate::jsonrpc::Json::String(s)) => s.parse::<u64>().ok(),
@@ -735,48 +836,47 @@ impl Pool {
             Ok(_) => None,
             Err(e) if !bootstrapped => {
                 // A bootstrapping node refuses P-chain calls with a 503: report it as such.
-                tracing::debug!(upstream = %upstream.name, error = %e, "height unavailable while bootstrapping");
+                tracing::debug!(upstream = %upstream.name, fault = %e.fault, "height unavailable while bootstrapping");
                 return Check::Answered {
                     bootstrapped: false,
                     height: 0,
                 };
             }
-            Err(e) => return Check::Failed(format!("platform.getHeight: {e}")),
+            Err(e) => return failed("platform.getHeight", e),
         };
         match height {
             Some(height) => Check::Answered {
                 bootstrapped,
                 height,
             },
-            None => Check::Failed("platform.getHeight: height is not a number".into()),
+            None => failed(
+                "platform.getHeight",
+                AttemptError::new(Fault::BadAnswer, "height is not a number"),
+            ),
         }
     }
 
+    /// Judges the heights the nodes report now (never a height kept from the past: a node that
+    /// left, restarted lower or reset moves the mark at once) and publishes who takes traffic.
     fn refresh_best_height(&self) {
-        let best = self
+        let reported: Vec<u64> = self
             .upstreams
             .iter()
-            .filter_map(|u| {
-                let s = u.state.lock();
-                (s.bootstrapped && s.fail_streak == 0)
-                    .then_some(s.height)
-                    .flatten()
-            })
-            .max()
-            .unwrap_or(0);
-        // The best height never goes back: a node that dies does not pull it down.
-        let best = self
-            .best_height
-            .fetch_max(best, Ordering::Relaxed)
-            .max(best);
-        self.metrics.best_height.set(best as i64);
+            .filter_map(|u| u.state.lock().reported_height())
+            .collect();
+        let heights = Heights::judge(&reported, self.health.max_lag_blocks);
+        self.best_height.store(heights.best, Ordering::Relaxed);
+        self.height_floor.store(heights.floor, Ordering::Relaxed);
+        self.height_ceiling
+            .store(heights.ceiling, Ordering::Relaxed);
+        self.metrics.best_height.set(heights.best as i64);
         for u in &self.upstreams {
             let s = u.state.lock();
             let name: &str = &u.name;
             self.metrics
                 .upstream_healthy
                 .with_label_values(&[name])
-                .set(i64::from(self.takes_traffic(&s)));
+                .set(i64::from(health::eligible(&s, &heights)));
             if let Some(h) = s.height {
                 self.metrics
                     .upstream_height
@@ -785,6 +885,12 @@ impl Pool {
             }
         }
     }
+}
+
+/// A fresh id for a request to a node: random 64 bits, so a node (or anyone on its connection)
+/// cannot prepare an answer to a request it has not seen.
+fn upstream_id() -> u64 {
+    rand::random()
 }
 
 fn answer_from(kind: AnswerKind, payload: Bytes, upstream: &Upstream) -> Answer {
