@@ -417,6 +417,9 @@ impl Config {
                     "keystore methods carry passwords and cannot be public",
                 );
             }
+            if o.timeout.is_some_and(|t| t.is_zero()) {
+                return bad(&format!("{key}.timeout"), "must be greater than zero");
+            }
             // One node's answer (its ID, IP, VMs) or a keystore's must never be served to
             // another caller, whoever the override lets call the method.
             let private = |access: Option<Access>| {
