@@ -13,7 +13,8 @@
 //!   value never goes through a float (`9223372036854775807`, `1.50` survive).
 //! * [`write_go_string`] and [`compact_into`] encode the way Go's encoder does (`<`, `>`, `&`,
 //!   U+2028 and U+2029 escaped).
-//! * [`fold_key`] is Go's case folding for struct field names.
+//! * [`fold_key`] is Go's case folding for struct field names; [`FoldSet`] finds two keys of one
+//!   object that fold alike in one pass (a request of many keys costs time linear in its size).
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -504,11 +505,10 @@ impl Json {
         let Json::Object(members) = self else {
             return None;
         };
-        let folded = fold_key(name);
         members
             .iter()
             .rev()
-            .find(|(k, _)| fold_key(k) == folded)
+            .find(|(k, _)| fold_eq(k, name))
             .map(|(_, v)| v)
     }
 
@@ -1241,7 +1241,113 @@ pub fn fold_eq(a: &str, b: &str) -> bool {
 
 /// Orders keys by their folded names. (No allocation.)
 pub fn fold_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    if a.is_ascii() && b.is_ascii() {
+        // The common case, a byte at a time: an ASCII character is its one byte, and folds as
+        // ASCII upper case does.
+        let upper = |c: u8| c.to_ascii_uppercase();
+        return a.bytes().map(upper).cmp(b.bytes().map(upper));
+    }
     a.chars().map(fold_char).cmp(b.chars().map(fold_char))
+}
+
+/// A key that compares and hashes by its folded name ([`fold_eq`]), so that a hash set finds two
+/// keys a Go decoder takes for the same field in one pass over an object, without folded copies.
+/// (std's hasher is keyed per process, so a client cannot choose keys that all collide.)
+#[derive(Debug, Clone, Copy)]
+pub struct Folded<'a>(pub &'a str);
+
+impl PartialEq for Folded<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        fold_eq(self.0, other.0)
+    }
+}
+
+impl Eq for Folded<'_> {}
+
+impl std::hash::Hash for Folded<'_> {
+    /// Feeds the hasher the folded name's UTF-8 bytes as little-endian words of eight, the last
+    /// one partial with its length in the top byte: the calls depend only on those bytes, so
+    /// fold-equal keys hash alike whichever path (ASCII or not) each takes, and words keep the
+    /// keyed hash (SipHash) at a few nanoseconds a key.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let mut words = WordFeeder::default();
+        if self.0.is_ascii() {
+            let mut chunks = self.0.as_bytes().chunks_exact(8);
+            for chunk in &mut chunks {
+                let mut word = [0u8; 8];
+                word.copy_from_slice(chunk);
+                word.make_ascii_uppercase();
+                state.write_u64(u64::from_le_bytes(word));
+            }
+            for &b in chunks.remainder() {
+                words.push(state, b.to_ascii_uppercase());
+            }
+        } else {
+            for c in self.0.chars().map(fold_char) {
+                let mut utf8 = [0u8; 4];
+                for &b in c.encode_utf8(&mut utf8).as_bytes() {
+                    words.push(state, b);
+                }
+            }
+        }
+        words.finish(state);
+    }
+}
+
+/// Packs bytes into little-endian words for a hasher (see [`Folded`]'s `Hash`).
+#[derive(Default)]
+struct WordFeeder {
+    word: u64,
+    len: u32,
+}
+
+impl WordFeeder {
+    fn push<H: std::hash::Hasher>(&mut self, state: &mut H, b: u8) {
+        self.word |= u64::from(b) << (8 * self.len);
+        self.len += 1;
+        if self.len == 8 {
+            state.write_u64(self.word);
+            *self = WordFeeder::default();
+        }
+    }
+
+    fn finish<H: std::hash::Hasher>(self, state: &mut H) {
+        state.write_u64(self.word | u64::from(self.len) << 56);
+    }
+}
+
+/// The keys of one object seen so far, by folded name: [`FoldSet::insert`] says whether a key is
+/// new. Small objects (nearly all) are compared in a list; past [`FoldSet::LIST`] keys the set
+/// moves to a hash set, so an object of n keys costs O(n), not O(n²), whatever its keys.
+#[derive(Debug, Default)]
+pub struct FoldSet<'a> {
+    list: Vec<&'a str>,
+    hashed: std::collections::HashSet<Folded<'a>>,
+}
+
+impl<'a> FoldSet<'a> {
+    /// The most keys kept in the list before moving to the hash set.
+    const LIST: usize = 16;
+
+    /// An empty set.
+    pub fn new() -> FoldSet<'a> {
+        FoldSet::default()
+    }
+
+    /// Adds `key`; false when a key of the same folded name was already there.
+    pub fn insert(&mut self, key: &'a str) -> bool {
+        if self.hashed.is_empty() {
+            if self.list.iter().any(|k| fold_eq(k, key)) {
+                return false;
+            }
+            if self.list.len() < Self::LIST {
+                self.list.push(key);
+                return true;
+            }
+            self.hashed = self.list.drain(..).map(Folded).collect();
+        }
+        self.hashed.insert(Folded(key))
+    }
 }
 
 /// Appends `s` as a JSON string the way Go's encoder writes it (HTML-safe).
@@ -1275,16 +1381,27 @@ pub fn write_go_chars(out: &mut String, chars: impl Iterator<Item = char>) {
             '\t' => out.push_str("\\t"),
             '\u{8}' => out.push_str("\\b"),
             '\u{c}' => out.push_str("\\f"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => push_u_escape(out, c),
+            c if (c as u32) < 0x20 => push_u_escape(out, c),
             c => out.push(c),
         }
     }
     out.push('"');
+}
+
+/// Appends `\uXXXX` for a character of the Basic Multilingual Plane: a table lookup per digit
+/// (a body of a million `<` takes a million of these, so no formatting machinery here).
+fn push_u_escape(out: &mut String, c: char) {
+    for b in u_escape(c as u32) {
+        out.push(char::from(b));
+    }
+}
+
+/// The six bytes of `\uXXXX` (lower-case hex, as Go writes it) for a code point below 0x10000.
+fn u_escape(cp: u32) -> [u8; 6] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digit = |shift: u32| HEX[((cp >> shift) & 0xf) as usize];
+    [b'\\', b'u', digit(12), digit(8), digit(4), digit(0)]
 }
 
 /// A JSON string literal as Go's encoder would write it.
@@ -1315,7 +1432,7 @@ pub fn compact_into(out: &mut Vec<u8>, raw: &[u8]) {
                 in_string = false;
                 out.push(c);
             } else if c == b'<' || c == b'>' || c == b'&' {
-                out.extend_from_slice(format!("\\u{:04x}", c).as_bytes());
+                out.extend_from_slice(&u_escape(u32::from(c)));
             } else if c == 0xE2
                 && raw.get(i + 1) == Some(&0x80)
                 && matches!(raw.get(i + 2), Some(0xA8 | 0xA9))
@@ -1649,6 +1766,42 @@ mod tests {
             write_go_string(&mut fast, &s);
             write_go_chars(&mut slow, s.chars());
             proptest::prop_assert_eq!(fast, slow);
+        }
+
+        #[test]
+        fn fold_equal_keys_are_equal_and_hash_alike(
+            a in "[a-zA-Z\u{17F}\u{212A}k_0-9]{0,150}",
+            flips in proptest::collection::vec(proptest::num::u8::ANY, 150),
+            b in "[a-zA-Z\u{17F}\u{212A}k_]{0,4}",
+        ) {
+            use std::hash::BuildHasher;
+            // A fold-equal variant of `a`: each letter recased or swapped for its non-ASCII twin.
+            let variant: String = a
+                .chars()
+                .zip(flips.iter().cycle())
+                .map(|(c, &f)| match (fold_char(c), f % 3) {
+                    ('K', 0) => '\u{212A}',
+                    ('S', 0) => '\u{17F}',
+                    (up, 1) => up,
+                    (up, _) => up.to_ascii_lowercase(),
+                })
+                .collect();
+            let hasher = std::collections::hash_map::RandomState::new();
+            proptest::prop_assert_eq!(Folded(&a), Folded(&variant));
+            proptest::prop_assert_eq!(hasher.hash_one(Folded(&a)), hasher.hash_one(Folded(&variant)));
+            proptest::prop_assert_eq!(Folded(&a) == Folded(&b), fold_key(&a) == fold_key(&b));
+            proptest::prop_assert_eq!(fold_cmp(&a, &b), fold_key(&a).cmp(&fold_key(&b)));
+        }
+
+        #[test]
+        fn fold_set_finds_what_a_pairwise_search_finds(
+            keys in proptest::collection::vec("[kK\u{212A}sS\u{17F}]{1,3}|x[0-9]{1,2}", 0..60),
+        ) {
+            let mut set = FoldSet::new();
+            for (i, k) in keys.iter().enumerate() {
+                let fresh = !keys[..i].iter().any(|e| fold_eq(e, k));
+                proptest::prop_assert_eq!(set.insert(k), fresh, "{:?} at {}", keys, i);
+            }
         }
 
         #[test]
