@@ -133,3 +133,118 @@ fn bodies_of_many_keys_do_not_stall_other_clients() {
     server.block_on(async move { drop(cluster) });
     server.shutdown_timeout(BOUND);
 }
+
+/// A node on 127.0.0.1:0 that records the size of every request other than a health check, and
+/// answers health checks as a bootstrapped node at height 10 and everything else with a result.
+async fn recording_node() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<Vec<usize>>>,
+) {
+    use http_body_util::{BodyExt, Full};
+    let sizes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let recorded = sizes.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let recorded = recorded.clone();
+            let svc =
+                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let recorded = recorded.clone();
+                    async move {
+                        let body = req.into_body().collect().await.unwrap().to_bytes();
+                        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                        let result = match v["method"].as_str().unwrap_or_default() {
+                            "info.isBootstrapped" => r#"{"isBootstrapped":true}"#,
+                            "platform.getHeight" => r#"{"height":"10"}"#,
+                            _ => {
+                                recorded.lock().unwrap().push(body.len());
+                                r#"{"tx":"0x00","encoding":"hex"}"#
+                            }
+                        };
+                        let text =
+                            format!(r#"{{"jsonrpc":"2.0","result":{result},"id":{}}}"#, v["id"]);
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                            bytes::Bytes::from(text),
+                        )))
+                    }
+                });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc),
+            );
+        }
+    });
+    (addr, sizes)
+}
+
+/// A ~1 MiB body whose one string param is made of characters Go's encoder escapes (`<`, `>`,
+/// `&`: six bytes each; U+2028 and U+2029: six bytes for three) reaches the node at most
+/// `limits.body_bytes` + 1 KiB long, where the HTML-safe re-encoding made 6 MiB of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_never_receives_more_than_the_body_limit() {
+    let (addr, sizes) = recording_node().await;
+    let mut config = snowgate::Config::default();
+    config.server.listen = "127.0.0.1:0".parse().unwrap();
+    config.rate_limit.enabled = false;
+    config.cache.enabled = false;
+    config.upstreams = vec![snowgate::config::UpstreamConfig {
+        name: "recorder".into(),
+        url: format!("http://{addr}"),
+    }];
+    let limit = config.limits.body_bytes;
+    let gw = snowgate::Gateway::start(config).await.unwrap();
+    let url = format!("{}/ext/bc/P", gw.url());
+    for unit in ["<>&", "\u{2028}\u{2029}"] {
+        let head = r#"{"jsonrpc":"2.0","id":1,"method":"platform.getTx","params":{"encoding":"hex","txID":""#;
+        let tail = r#""}}"#;
+        let fill = unit.repeat((limit - head.len() - tail.len()) / unit.len());
+        let body = format!("{head}{fill}{tail}");
+        assert!(body.len() > limit - 16 && body.len() <= limit);
+        let r = post(&url, &body).await;
+        assert_eq!(r.status, 200, "{}", &r.body[..r.body.len().min(300)]);
+        assert_eq!(r.json()["result"]["tx"], "0x00");
+    }
+    let sizes = sizes.lock().unwrap().clone();
+    assert_eq!(sizes.len(), 2, "{sizes:?}");
+    for size in sizes {
+        assert!(size <= limit + 1024, "a node received {size} bytes");
+    }
+    gw.shutdown().await;
+}
+
+/// Invalid UTF-8 is the one thing the re-encoding cannot keep short (each stray byte becomes the
+/// three bytes of U+FFFD, as a node decodes it): `upstream_len` counts it exactly and
+/// `upstream_body_within` refuses it before building the body.
+#[test]
+fn invalid_utf8_inflation_is_counted_before_the_body_is_built() {
+    let registry = snowgate::methods::Registry::builtin();
+    let head = br#"{"jsonrpc":"2.0","id":1,"method":"platform.getTx","params":{"txID":""#;
+    let mut body = head.to_vec();
+    body.extend_from_slice(&[0xFF; 100_000]);
+    body.extend_from_slice(br#"","encoding":"hex"}}"#);
+    let decoded = snowgate::jsonrpc::decode(&body);
+    assert_eq!(decoded.parse_error, None);
+    let call = snowgate::call::RpcCall {
+        spec: registry.get("platform.getTx").cloned().unwrap(),
+        params: decoded.envelope.params,
+        id: Some(bytes::Bytes::from_static(b"1")),
+        caller: snowgate::call::Caller {
+            admin: false,
+            pin: None,
+            ip: [127, 0, 0, 1].into(),
+            client: snowgate::ratelimit::ClientId::Ip([127, 0, 0, 1].into()),
+            request_id: None,
+        },
+        route_min_height: None,
+    };
+    let full = call.upstream_body(u64::MAX);
+    assert_eq!(call.upstream_len(u64::MAX), full.len());
+    assert!(full.len() > 3 * 100_000, "{}", full.len());
+    assert_eq!(call.upstream_body_within(u64::MAX, body.len() + 1024), None);
+    assert_eq!(call.upstream_body_within(u64::MAX, full.len()), Some(full));
+    assert_eq!(
+        call.upstream_body_within(7, usize::MAX).unwrap().len(),
+        call.upstream_len(7)
+    );
+}

@@ -12,7 +12,9 @@
 //! * [`Json`] is a parsed tree that keeps numbers as their validated source text, so re-encoding a
 //!   value never goes through a float (`9223372036854775807`, `1.50` survive).
 //! * [`write_go_string`] and [`compact_into`] encode the way Go's encoder does (`<`, `>`, `&`,
-//!   U+2028 and U+2029 escaped).
+//!   U+2028 and U+2029 escaped), for text that must match a node's byte for byte (error `data`,
+//!   echoed ids); [`write_plain_string`] and [`Json::encode_plain_into`] use only the escapes JSON
+//!   requires, for what is sent to a node, so a re-encoded request never outgrows the client's.
 //! * [`fold_key`] is Go's case folding for struct field names; [`FoldSet`] finds two keys of one
 //!   object that fold alike in one pass (a request of many keys costs time linear in its size).
 
@@ -525,21 +527,34 @@ impl Json {
         matches!(self, Json::Null)
     }
 
-    /// Encodes compactly with Go's escaping rules.
+    /// Encodes compactly with Go's escaping rules (HTML-safe: what a node itself would write).
     pub fn encode_into(&self, out: &mut String) {
+        self.encode_with(out, write_go_string);
+    }
+
+    /// Encodes compactly with only the escapes JSON requires ([`write_plain_string`]): what is
+    /// sent to a node, whose decoder reads `<` and `\u003c` alike. Go's HTML-safe escapes would
+    /// make six bytes of each `<`, `>`, `&` and three of U+2028; without them the text is never
+    /// longer than the text the value was parsed from, except where invalid UTF-8 became U+FFFD
+    /// (three bytes for as little as one): [`Json::plain_len`] says how long it will be.
+    pub fn encode_plain_into(&self, out: &mut String) {
+        self.encode_with(out, write_plain_string);
+    }
+
+    fn encode_with(&self, out: &mut String, string: fn(&mut String, &str)) {
         match self {
             Json::Null => out.push_str("null"),
             Json::Bool(true) => out.push_str("true"),
             Json::Bool(false) => out.push_str("false"),
             Json::Number(n) => out.push_str(n),
-            Json::String(s) => write_go_string(out, s),
+            Json::String(s) => string(out, s),
             Json::Array(items) => {
                 out.push('[');
                 for (i, item) in items.iter().enumerate() {
                     if i > 0 {
                         out.push(',');
                     }
-                    item.encode_into(out);
+                    item.encode_with(out, string);
                 }
                 out.push(']');
             }
@@ -549,11 +564,33 @@ impl Json {
                     if i > 0 {
                         out.push(',');
                     }
-                    write_go_string(out, k);
+                    string(out, k);
                     out.push(':');
-                    v.encode_into(out);
+                    v.encode_with(out, string);
                 }
                 out.push('}');
+            }
+        }
+    }
+
+    /// The exact length of [`Json::encode_plain_into`]'s text, counted without writing it (one
+    /// pass, no allocation), so a caller can refuse a value that would encode past a limit.
+    pub fn plain_len(&self) -> usize {
+        match self {
+            Json::Null => 4,
+            Json::Bool(true) => 4,
+            Json::Bool(false) => 5,
+            Json::Number(n) => n.len(),
+            Json::String(s) => plain_string_len(s),
+            Json::Array(items) => {
+                2 + items.len().saturating_sub(1) + items.iter().map(Json::plain_len).sum::<usize>()
+            }
+            Json::Object(members) => {
+                2 + members.len().saturating_sub(1)
+                    + members
+                        .iter()
+                        .map(|(k, v)| plain_string_len(k) + 1 + v.plain_len())
+                        .sum::<usize>()
             }
         }
     }
@@ -1404,6 +1441,62 @@ fn u_escape(cp: u32) -> [u8; 6] {
     [b'\\', b'u', digit(12), digit(8), digit(4), digit(0)]
 }
 
+/// Appends `s` as a JSON string with only the escapes JSON requires: `"`, the backslash and the
+/// control characters (short forms where JSON has them, else `\u00XX`). Every other character,
+/// `<`, `>`, `&`, U+2028 and U+2029 included, is copied as it is, so the text is `s.len() + 2`
+/// bytes plus one per quote, backslash, `\n`-style control and five per other control character:
+/// never more than the escapes those characters arrived as.
+pub fn write_plain_string(out: &mut String, s: &str) {
+    out.reserve(s.len() + 2);
+    out.push('"');
+    let mut rest = s;
+    // Runs of plain characters are copied whole; every stop is one ASCII byte.
+    while let Some(at) = string_stop(rest.as_bytes(), true) {
+        out.push_str(&rest[..at]);
+        let c = char::from(rest.as_bytes()[at]);
+        match plain_short_escape(c) {
+            Some(short) => {
+                out.push('\\');
+                out.push(short);
+            }
+            None => push_u_escape(out, c),
+        }
+        rest = &rest[at + 1..];
+    }
+    out.push_str(rest);
+    out.push('"');
+}
+
+/// The length of [`write_plain_string`]'s text for `s`, counted without writing it.
+pub fn plain_string_len(s: &str) -> usize {
+    let mut len = s.len() + 2;
+    let mut rest = s.as_bytes();
+    while let Some(at) = string_stop(rest, true) {
+        len += if plain_short_escape(char::from(rest[at])).is_some() {
+            1
+        } else {
+            5
+        };
+        rest = &rest[at + 1..];
+    }
+    len
+}
+
+/// The letter of a two-character escape (`\n`...) for a character [`write_plain_string`] must
+/// escape, when JSON has one.
+fn plain_short_escape(c: char) -> Option<char> {
+    match c {
+        '"' => Some('"'),
+        '\\' => Some('\\'),
+        '\n' => Some('n'),
+        '\r' => Some('r'),
+        '\t' => Some('t'),
+        '\u{8}' => Some('b'),
+        '\u{c}' => Some('f'),
+        _ => None,
+    }
+}
+
 /// A JSON string literal as Go's encoder would write it.
 pub fn go_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
@@ -1801,6 +1894,23 @@ mod tests {
             for (i, k) in keys.iter().enumerate() {
                 let fresh = !keys[..i].iter().any(|e| fold_eq(e, k));
                 proptest::prop_assert_eq!(set.insert(k), fresh, "{:?} at {}", keys, i);
+            }
+        }
+
+        /// The plain encoding reads back as the same value, is as long as [`Json::plain_len`]
+        /// says, and is never longer than valid JSON text it was parsed from.
+        #[test]
+        fn plain_encoding_round_trips_and_never_grows(
+            v in json_text(),
+            s in "(\\PC|[\"\\\\<>&\u{2028}\u{2029}\u{0}-\u{1f}\u{7f}])*",
+        ) {
+            for source in [v.clone(), go_string(&s), format!("{{\"k<>\u{2028}\":[{v},{}]}}", go_string(&s))] {
+                let value = Json::parse(source.as_bytes()).unwrap();
+                let mut plain = String::new();
+                value.encode_plain_into(&mut plain);
+                proptest::prop_assert_eq!(plain.len(), value.plain_len());
+                proptest::prop_assert!(plain.len() <= source.len(), "{} -> {}", source, plain);
+                proptest::prop_assert_eq!(Json::parse(plain.as_bytes()).unwrap(), value);
             }
         }
 
