@@ -24,6 +24,10 @@ use snowgate::cache::key::canonical_params;
 use snowgate::call::{Caller, RpcCall};
 use snowgate::methods::Registry;
 
+// The allocator of the snowgate binary (`src/main.rs`): these bodies allocate per key.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The default `limits.body_bytes`.
 const MIB: usize = 1024 * 1024;
 

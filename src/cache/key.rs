@@ -79,7 +79,7 @@ fn write_canonical(out: &mut String, value: &Json, top: bool) {
             let mut fields: Vec<(&str, &Json)> = Vec::with_capacity(sorted.len());
             for (i, &(k, v)) in sorted.iter().enumerate() {
                 let overridden = sorted.get(i + 1).is_some_and(|next| fold_eq(next.0, k));
-                let dropped = v.is_null() || (top && is_default(k, v));
+                let dropped = v.is_null() || (top && may_be_special(k) && is_default(k, v));
                 if !(overridden || dropped) {
                     fields.push((k, v));
                 }
@@ -90,13 +90,22 @@ fn write_canonical(out: &mut String, value: &Json, top: bool) {
                     out.push(',');
                 }
                 if k.is_ascii() {
-                    // Folded ASCII is upper case; the quoted name is then one copy.
-                    write_go_string(out, &k.to_ascii_uppercase());
+                    // Folded ASCII is upper case. Without escapes, the key is written and
+                    // upper-cased in place (no copy per key); an escape's letters (`\n`,
+                    // `\u003c`) must keep their case, so such a key is upper-cased first.
+                    let start = out.len();
+                    write_go_string(out, k);
+                    if !out[start..].contains('\\') {
+                        out[start..].make_ascii_uppercase();
+                    } else {
+                        out.truncate(start);
+                        write_go_string(out, &k.to_ascii_uppercase());
+                    }
                 } else {
                     write_go_chars(out, k.chars().map(fold_char));
                 }
                 out.push(':');
-                match (top, v) {
+                match (top && may_be_special(k), v) {
                     (true, Json::String(s)) if fold_eq(k, "ENCODING") => {
                         write_go_string(out, &s.to_ascii_lowercase());
                     }
@@ -118,6 +127,17 @@ fn write_canonical(out: &mut String, value: &Json, top: bool) {
         }
         other => other.encode_into(out),
     }
+}
+
+/// Could `key` fold to one of the names the key treats specially (`encoding`, `subnetID` and
+/// [`UINT_FIELDS`])? Their first letters fold only from `e`, `s`, `h`, `l` in either case and
+/// from U+017F (long s, whose UTF-8 starts with 0xC5), so any other first byte rules them all out
+/// in one compare: most keys of a body of many keys.
+fn may_be_special(key: &str) -> bool {
+    matches!(
+        key.as_bytes().first(),
+        Some(b'e' | b'E' | b's' | b'S' | b'h' | b'H' | b'l' | b'L' | 0xC5)
+    )
 }
 
 /// A top-level member whose value is what the node assumes when it is omitted.

@@ -139,7 +139,7 @@ pub fn decode(body: &[u8]) -> Decoded {
     // for other keys, a fold-equal earlier key that is not one of the four either. One pass (a set
     // of folded names), so a body of many distinct keys costs no more than its length.
     let mut seen = [false; 4];
-    let mut others = FoldSet::new();
+    let mut others = FoldSet::for_members(members.len());
     for (key, _, _) in &members {
         let duplicate = match Field::of(key) {
             Some(field) => std::mem::replace(&mut seen[field as usize], true),
@@ -232,7 +232,7 @@ fn set_string(
 fn params_ambiguity(value: &Json) -> Option<String> {
     match value {
         Json::Object(members) => {
-            let mut seen = FoldSet::new();
+            let mut seen = FoldSet::for_members(members.len());
             for (k, v) in members {
                 if !seen.insert(k) {
                     return Some(format!("duplicate member {k:?} in params"));

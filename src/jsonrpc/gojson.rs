@@ -1307,7 +1307,6 @@ impl std::hash::Hash for Folded<'_> {
     /// fold-equal keys hash alike whichever path (ASCII or not) each takes, and words keep the
     /// keyed hash (SipHash) at a few nanoseconds a key.
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        let mut words = WordFeeder::default();
         if self.0.is_ascii() {
             let mut chunks = self.0.as_bytes().chunks_exact(8);
             for chunk in &mut chunks {
@@ -1316,18 +1315,23 @@ impl std::hash::Hash for Folded<'_> {
                 word.make_ascii_uppercase();
                 state.write_u64(u64::from_le_bytes(word));
             }
-            for &b in chunks.remainder() {
-                words.push(state, b.to_ascii_uppercase());
-            }
+            // The last partial word at once, as `WordFeeder` would have packed it.
+            let rest = chunks.remainder();
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            word.make_ascii_uppercase();
+            word[7] = rest.len() as u8;
+            state.write_u64(u64::from_le_bytes(word));
         } else {
+            let mut words = WordFeeder::default();
             for c in self.0.chars().map(fold_char) {
                 let mut utf8 = [0u8; 4];
                 for &b in c.encode_utf8(&mut utf8).as_bytes() {
                     words.push(state, b);
                 }
             }
+            words.finish(state);
         }
-        words.finish(state);
     }
 }
 
@@ -1354,34 +1358,48 @@ impl WordFeeder {
 }
 
 /// The keys of one object seen so far, by folded name: [`FoldSet::insert`] says whether a key is
-/// new. Small objects (nearly all) are compared in a list; past [`FoldSet::LIST`] keys the set
+/// new. Small objects (nearly all) are compared in a list; past 16 keys the set
 /// moves to a hash set, so an object of n keys costs O(n), not O(n²), whatever its keys.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct FoldSet<'a> {
-    list: Vec<&'a str>,
+    /// The first keys, compared one by one (no allocation for a small object).
+    list: [&'a str; FoldSet::LIST],
+    listed: usize,
+    /// Every key once there are more than fit in the list.
     hashed: std::collections::HashSet<Folded<'a>>,
+    /// How many keys are expected in all: the hash set's size when it is made.
+    expected: usize,
 }
 
 impl<'a> FoldSet<'a> {
     /// The most keys kept in the list before moving to the hash set.
     const LIST: usize = 16;
 
-    /// An empty set.
-    pub fn new() -> FoldSet<'a> {
-        FoldSet::default()
+    /// An empty set for an object of `members` keys (the hash set, if one is needed, is made
+    /// that large at once instead of growing).
+    pub fn for_members(members: usize) -> FoldSet<'a> {
+        FoldSet {
+            list: [""; FoldSet::LIST],
+            listed: 0,
+            hashed: std::collections::HashSet::new(),
+            expected: members,
+        }
     }
 
     /// Adds `key`; false when a key of the same folded name was already there.
     pub fn insert(&mut self, key: &'a str) -> bool {
         if self.hashed.is_empty() {
-            if self.list.iter().any(|k| fold_eq(k, key)) {
+            let listed = &self.list[..self.listed];
+            if listed.iter().any(|k| fold_eq(k, key)) {
                 return false;
             }
-            if self.list.len() < Self::LIST {
-                self.list.push(key);
+            if self.listed < Self::LIST {
+                self.list[self.listed] = key;
+                self.listed += 1;
                 return true;
             }
-            self.hashed = self.list.drain(..).map(Folded).collect();
+            self.hashed.reserve(self.expected.max(2 * Self::LIST));
+            self.hashed.extend(listed.iter().copied().map(Folded));
         }
         self.hashed.insert(Folded(key))
     }
@@ -1890,7 +1908,7 @@ mod tests {
         fn fold_set_finds_what_a_pairwise_search_finds(
             keys in proptest::collection::vec("[kK\u{212A}sS\u{17F}]{1,3}|x[0-9]{1,2}", 0..60),
         ) {
-            let mut set = FoldSet::new();
+            let mut set = FoldSet::for_members(keys.len() / 2);
             for (i, k) in keys.iter().enumerate() {
                 let fresh = !keys[..i].iter().any(|e| fold_eq(e, k));
                 proptest::prop_assert_eq!(set.insert(k), fresh, "{:?} at {}", keys, i);
