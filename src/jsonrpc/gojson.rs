@@ -1315,13 +1315,13 @@ impl std::hash::Hash for Folded<'_> {
                 word.make_ascii_uppercase();
                 state.write_u64(u64::from_le_bytes(word));
             }
-            // The last partial word at once, as `WordFeeder` would have packed it.
+            // The last partial word, as `WordFeeder` would have packed it (a shift per byte: a
+            // copy into a buffer read back as a word stalled on every key).
             let rest = chunks.remainder();
-            let mut word = [0u8; 8];
-            word[..rest.len()].copy_from_slice(rest);
-            word.make_ascii_uppercase();
-            word[7] = rest.len() as u8;
-            state.write_u64(u64::from_le_bytes(word));
+            let word = rest.iter().enumerate().fold(0u64, |word, (i, b)| {
+                word | u64::from(b.to_ascii_uppercase()) << (8 * i)
+            });
+            state.write_u64(word | (rest.len() as u64) << 56);
         } else {
             let mut words = WordFeeder::default();
             for c in self.0.chars().map(fold_char) {
