@@ -4,7 +4,9 @@
 //! * A body of ~60,000 distinct keys (at the top level or inside `params`) costs time linear in its
 //!   size: two of them at once no longer hold both runtime threads while other clients wait.
 //! * The request a node receives is never much larger than the body the client sent (the
-//!   re-encoding for the node does not turn each `<` into the six bytes of `\u003c`).
+//!   re-encoding for the node does not turn each `<` into the six bytes of `\u003c`); invalid
+//!   UTF-8, the one thing that does grow (one byte becomes the three of U+FFFD), is counted
+//!   before the body is built, and read as Go reads it (one U+FFFD per byte).
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -247,4 +249,23 @@ fn invalid_utf8_inflation_is_counted_before_the_body_is_built() {
         call.upstream_body_within(7, usize::MAX).unwrap().len(),
         call.upstream_len(7)
     );
+}
+
+/// A cut-short UTF-8 sequence reads as one U+FFFD per byte, as Go's decoder reads it (not one for
+/// the whole sequence): the envelope the gateway echoes in a -32600 error is the node's.
+#[tokio::test]
+async fn invalid_utf8_reads_as_go_reads_it() {
+    let c = Cluster::start(1, Duration::from_secs(60), |_| {}).await;
+    let body = b"{\"jsonrpc\":\"1.0\",\"id\":1,\"method\":\"a\xE2\x80b\"}".to_vec();
+    let r = support::client()
+        .post(format!("{}/ext/bc/P", c.url()))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], -32600, "{v}");
+    assert_eq!(v["error"]["data"]["method"], "a\u{FFFD}\u{FFFD}b", "{v}");
+    c.gateway.shutdown().await;
 }

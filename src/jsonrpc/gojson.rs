@@ -886,7 +886,7 @@ impl<'a> Checked<'a> {
         let end = string_stop(rest, true)?;
         (rest[end] == b'"').then_some(())?;
         self.pos += end + 1;
-        Some(String::from_utf8_lossy(&rest[..end]))
+        Some(go_lossy(&rest[..end]))
     }
 }
 
@@ -988,7 +988,7 @@ impl TreeParser<'_> {
                 self.pos += end + 1;
                 return match std::str::from_utf8(&rest[..end]) {
                     Ok(s) => s.to_owned(),
-                    Err(_) => String::from_utf8_lossy(&rest[..end]).into_owned(),
+                    Err(_) => go_lossy(&rest[..end]).into_owned(),
                 };
             }
         }
@@ -1037,7 +1037,7 @@ impl TreeParser<'_> {
         }
         match String::from_utf8(bytes) {
             Ok(s) => s,
-            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+            Err(e) => go_lossy(e.as_bytes()).into_owned(),
         }
     }
 
@@ -1049,6 +1049,33 @@ impl TreeParser<'_> {
             self.pos += 1;
         }
         v
+    }
+}
+
+/// The bytes of a JSON string as Go decodes them: valid UTF-8 as it is, and every byte of an
+/// invalid sequence as its own U+FFFD (Go's `utf8.DecodeRune` steps over one byte at a time, where
+/// `String::from_utf8_lossy` makes one U+FFFD of a cut-short sequence of two or three bytes: Go
+/// reads `"\xE2\x80A"` as two U+FFFD and `A`). Linear: each byte is looked at once or twice.
+pub fn go_lossy(bytes: &[u8]) -> Cow<'_, str> {
+    let mut rest = match std::str::from_utf8(bytes) {
+        Ok(s) => return Cow::Borrowed(s),
+        Err(_) => bytes,
+    };
+    let mut out = String::with_capacity(bytes.len() + 16);
+    loop {
+        match std::str::from_utf8(rest) {
+            Ok(s) => {
+                out.push_str(s);
+                return Cow::Owned(out);
+            }
+            Err(e) => {
+                let (valid, after) = rest.split_at(e.valid_up_to());
+                out.push_str(std::str::from_utf8(valid).unwrap_or_default());
+                let invalid = e.error_len().unwrap_or(after.len());
+                out.extend(std::iter::repeat('\u{FFFD}').take(invalid));
+                rest = &after[invalid..];
+            }
+        }
     }
 }
 
@@ -1946,6 +1973,56 @@ mod tests {
         assert_eq!(m[1], (&b"result"[..], &br#"{"a":[1,"}"]}"#[..]));
         assert_eq!(m[2], (&b"id"[..], &b"7"[..]));
         assert_eq!(object_members(b"[1]"), None);
+    }
+
+    #[test]
+    fn invalid_utf8_is_one_replacement_per_byte_as_in_go() {
+        let s = |raw: &[u8]| match Json::parse(raw).unwrap() {
+            Json::String(s) => s,
+            other => panic!("{other:?}"),
+        };
+        // A cut-short sequence: one U+FFFD per byte (Rust's lossy conversion makes one of both).
+        assert_eq!(s(b"\"a\xE2\x80b\""), "a\u{FFFD}\u{FFFD}b");
+        assert_eq!(s(b"\"\xF0\x9F\x98\""), "\u{FFFD}\u{FFFD}\u{FFFD}");
+        // An encoded surrogate and stray continuation bytes.
+        assert_eq!(s(b"\"\xED\xA0\x80\x80\""), "\u{FFFD}".repeat(4));
+        // The same through the path for strings with escapes, and in a key.
+        assert_eq!(s(b"\"\xE2\x80\\n\""), "\u{FFFD}\u{FFFD}\n");
+        let v = Json::parse(b"{\"\xE2\x80\":1}").unwrap();
+        assert_eq!(v.field("\u{FFFD}\u{FFFD}"), Some(&Json::Number("1".into())));
+        // Valid UTF-8 is kept, borrowed.
+        assert!(matches!(go_lossy("é€😀".as_bytes()), Cow::Borrowed("é€😀")));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn go_lossy_matches_a_byte_at_a_time_decode(bytes in proptest::collection::vec(
+            proptest::prop_oneof![
+                proptest::num::u8::ANY,
+                proptest::sample::select(vec![0xE2, 0x80, 0xF0, 0x9F, 0xED, 0xA0, 0xC5, 0xBF, b'a']),
+            ],
+            0..24,
+        )) {
+            // Go's loop: decode one rune; an invalid one is U+FFFD of width one.
+            let mut go = String::new();
+            let mut i = 0;
+            while i < bytes.len() {
+                let width = (1..=4)
+                    .filter(|w| i + w <= bytes.len())
+                    .find(|w| std::str::from_utf8(&bytes[i..i + w]).is_ok_and(|s| s.chars().count() == 1));
+                match width {
+                    Some(w) => {
+                        go.push_str(std::str::from_utf8(&bytes[i..i + w]).unwrap());
+                        i += w;
+                    }
+                    None => {
+                        go.push('\u{FFFD}');
+                        i += 1;
+                    }
+                }
+            }
+            proptest::prop_assert_eq!(go_lossy(&bytes), go);
+        }
     }
 
     #[test]
