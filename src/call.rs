@@ -69,19 +69,50 @@ impl RpcCall {
     }
 
     /// The request body sent to a node: re-encoded from the parsed call with our own id, never the
-    /// client's bytes.
+    /// client's bytes. Strings carry only the escapes JSON requires (a node's decoder reads `<` and
+    /// `\u003c` alike; Go's HTML-safe escapes made six bytes of each `<`, `>`, `&`), so the params
+    /// are never longer than the client sent them, except where invalid UTF-8 became U+FFFD (three
+    /// bytes for as little as one): [`RpcCall::upstream_body_within`] bounds that case.
     pub fn upstream_body(&self, upstream_id: u64) -> Vec<u8> {
         let mut out = String::with_capacity(96);
+        self.write_upstream_body(&mut out, upstream_id);
+        out.into_bytes()
+    }
+
+    /// [`RpcCall::upstream_body`], or `None` when it would be longer than `max` bytes: the length
+    /// is counted first (one pass over the params, nothing written), so a body that invalid UTF-8
+    /// would inflate past a limit is refused before it is built.
+    pub fn upstream_body_within(&self, upstream_id: u64, max: usize) -> Option<Vec<u8>> {
+        let len = self.upstream_len(upstream_id);
+        if len > max {
+            return None;
+        }
+        let mut out = String::with_capacity(len);
+        self.write_upstream_body(&mut out, upstream_id);
+        Some(out.into_bytes())
+    }
+
+    /// The exact length of [`RpcCall::upstream_body`] for `upstream_id`, counted without encoding
+    /// (`u64::MAX` gives the longest any id makes it).
+    pub fn upstream_len(&self, upstream_id: u64) -> usize {
+        const FIXED: usize = r#"{"jsonrpc":"2.0","id":,"method":}"#.len();
+        const PARAMS: usize = r#","params":"#.len();
+        FIXED
+            + itoa::Buffer::new().format(upstream_id).len()
+            + crate::jsonrpc::gojson::plain_string_len(&self.spec.name)
+            + self.params.as_ref().map_or(0, |p| PARAMS + p.plain_len())
+    }
+
+    fn write_upstream_body(&self, out: &mut String, upstream_id: u64) {
         out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
-        out.push_str(&upstream_id.to_string());
+        out.push_str(itoa::Buffer::new().format(upstream_id));
         out.push_str(",\"method\":");
-        crate::jsonrpc::gojson::write_go_string(&mut out, &self.spec.name);
+        crate::jsonrpc::gojson::write_plain_string(out, &self.spec.name);
         if let Some(p) = &self.params {
             out.push_str(",\"params\":");
-            p.encode_into(&mut out);
+            p.encode_plain_into(out);
         }
         out.push('}');
-        out.into_bytes()
     }
 }
 

@@ -69,30 +69,43 @@ pub fn canonical_params_into(out: &mut String, params: Option<&Json>) {
 fn write_canonical(out: &mut String, value: &Json, top: bool) {
     match value {
         Json::Object(members) => {
-            // Folded names, last duplicate wins (as Go), nulls dropped, then sorted; compared in
-            // place, without building folded copies.
-            let mut fields: Vec<(&str, &Json)> = Vec::with_capacity(members.len());
-            for (k, v) in members {
-                if let Some(pos) = fields.iter().position(|(f, _)| fold_eq(f, k)) {
-                    fields.remove(pos);
+            // Sorted by folded name (compared in place, without folded copies), the last of
+            // fold-equal keys kept (Go: the last duplicate wins), then nulls and defaults dropped.
+            // The sort is stable, so duplicates stay in document order and the last of a run is
+            // the last sent: O(n log n) for any object, where a search per key was O(n²).
+            let mut sorted: Vec<(&str, &Json)> =
+                members.iter().map(|(k, v)| (k.as_str(), v)).collect();
+            sorted.sort_by(|a, b| fold_cmp(a.0, b.0));
+            let mut fields: Vec<(&str, &Json)> = Vec::with_capacity(sorted.len());
+            for (i, &(k, v)) in sorted.iter().enumerate() {
+                let overridden = sorted.get(i + 1).is_some_and(|next| fold_eq(next.0, k));
+                let dropped = v.is_null() || (top && may_be_special(k) && is_default(k, v));
+                if !(overridden || dropped) {
+                    fields.push((k, v));
                 }
-                fields.push((k.as_str(), v));
             }
-            fields.retain(|(k, v)| !(v.is_null() || (top && is_default(k, v))));
-            fields.sort_by(|a, b| fold_cmp(a.0, b.0));
             out.push('{');
             for (i, (k, v)) in fields.iter().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }
                 if k.is_ascii() {
-                    // Folded ASCII is upper case; the quoted name is then one copy.
-                    write_go_string(out, &k.to_ascii_uppercase());
+                    // Folded ASCII is upper case. Without escapes, the key is written and
+                    // upper-cased in place (no copy per key); an escape's letters (`\n`,
+                    // `\u003c`) must keep their case, so such a key is upper-cased first.
+                    let start = out.len();
+                    write_go_string(out, k);
+                    if !out[start..].contains('\\') {
+                        out[start..].make_ascii_uppercase();
+                    } else {
+                        out.truncate(start);
+                        write_go_string(out, &k.to_ascii_uppercase());
+                    }
                 } else {
                     write_go_chars(out, k.chars().map(fold_char));
                 }
                 out.push(':');
-                match (top, v) {
+                match (top && may_be_special(k), v) {
                     (true, Json::String(s)) if fold_eq(k, "ENCODING") => {
                         write_go_string(out, &s.to_ascii_lowercase());
                     }
@@ -114,6 +127,17 @@ fn write_canonical(out: &mut String, value: &Json, top: bool) {
         }
         other => other.encode_into(out),
     }
+}
+
+/// Could `key` fold to one of the names the key treats specially (`encoding`, `subnetID` and
+/// [`UINT_FIELDS`])? Their first letters fold only from `e`, `s`, `h`, `l` in either case and
+/// from U+017F (long s, whose UTF-8 starts with 0xC5), so any other first byte rules them all out
+/// in one compare: most keys of a body of many keys.
+fn may_be_special(key: &str) -> bool {
+    matches!(
+        key.as_bytes().first(),
+        Some(b'e' | b'E' | b's' | b'S' | b'h' | b'H' | b'l' | b'L' | 0xC5)
+    )
 }
 
 /// A top-level member whose value is what the node assumes when it is omitted.
@@ -214,7 +238,151 @@ mod tests {
             .prop_map(|m| m.into_iter().collect())
     }
 
+    /// The canonical key as it was built before: each key searched for among the earlier ones
+    /// (O(n²)), kept as the reference the sorted one-pass build must agree with.
+    fn canonical_reference(params: Option<&Json>) -> String {
+        let mut out = String::new();
+        let obj = match params {
+            None | Some(Json::Null) => return out,
+            Some(Json::Array(items)) => match items.first() {
+                None => return out,
+                Some(first @ Json::Object(_)) => first,
+                Some(_) => {
+                    out.push('!');
+                    if let Some(p) = params {
+                        p.encode_into(&mut out);
+                    }
+                    return out;
+                }
+            },
+            Some(other) => other,
+        };
+        write_canonical_reference(&mut out, obj, true);
+        if out == "{}" {
+            out.clear();
+        }
+        out
+    }
+
+    fn write_canonical_reference(out: &mut String, value: &Json, top: bool) {
+        match value {
+            Json::Object(members) => {
+                let mut fields: Vec<(&str, &Json)> = Vec::with_capacity(members.len());
+                for (k, v) in members {
+                    if let Some(pos) = fields.iter().position(|(f, _)| fold_eq(f, k)) {
+                        fields.remove(pos);
+                    }
+                    fields.push((k.as_str(), v));
+                }
+                fields.retain(|(k, v)| !(v.is_null() || (top && is_default(k, v))));
+                fields.sort_by(|a, b| fold_cmp(a.0, b.0));
+                out.push('{');
+                for (i, (k, v)) in fields.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    if k.is_ascii() {
+                        write_go_string(out, &k.to_ascii_uppercase());
+                    } else {
+                        write_go_chars(out, k.chars().map(fold_char));
+                    }
+                    out.push(':');
+                    match (top, v) {
+                        (true, Json::String(s)) if fold_eq(k, "ENCODING") => {
+                            write_go_string(out, &s.to_ascii_lowercase());
+                        }
+                        (true, v) if UINT_FIELDS.iter().any(|u| fold_eq(k, u)) => {
+                            write_uint_reference(out, v)
+                        }
+                        _ => write_canonical_reference(out, v, false),
+                    }
+                }
+                out.push('}');
+            }
+            Json::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write_canonical_reference(out, item, false);
+                }
+                out.push(']');
+            }
+            other => other.encode_into(out),
+        }
+    }
+
+    fn write_uint_reference(out: &mut String, value: &Json) {
+        let digits = match value {
+            Json::Number(n) => Some(&**n),
+            Json::String(s) => Some(s.as_str()),
+            _ => None,
+        };
+        match digits.and_then(|d| {
+            (!d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| d.parse::<u64>().ok())
+                .flatten()
+        }) {
+            Some(n) => {
+                let _ = write!(out, "{n}");
+            }
+            None => write_canonical_reference(out, value, false),
+        }
+    }
+
+    /// Keys that often fold alike (`k`/`K`/Kelvin sign, `s`/`S`/long s, a number from a small
+    /// range) and the names the key treats specially.
+    fn arb_colliding_key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => (
+                proptest::sample::select(vec!["k", "K", "\u{212a}", "x"]),
+                0u8..40,
+                proptest::sample::select(vec!["", "s", "S", "\u{17f}"]),
+            )
+                .prop_map(|(a, n, b)| format!("{a}{n}{b}")),
+            1 => proptest::sample::select(vec![
+                "encoding", "ENCODING", "height", "HEIGHT", "subnetID", "\u{17f}ubnetID", "limit",
+            ])
+            .prop_map(String::from),
+        ]
+    }
+
+    fn arb_colliding_value() -> impl Strategy<Value = Json> {
+        let leaf = prop_oneof![
+            Just(Json::Null),
+            (0u16..300).prop_map(|n| Json::Number(n.to_string().into())),
+            proptest::sample::select(vec![
+                "hex",
+                "HEX",
+                "json",
+                "05",
+                "5",
+                "x",
+                PRIMARY_NETWORK_ID
+            ])
+            .prop_map(|s| Json::String(s.into())),
+        ];
+        leaf.prop_recursive(3, 120, 40, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Json::Array),
+                proptest::collection::vec((arb_colliding_key(), inner), 0..40)
+                    .prop_map(Json::Object),
+            ]
+        })
+    }
+
     proptest! {
+        #[test]
+        fn sorted_key_build_matches_the_quadratic_one(
+            members in proptest::collection::vec((arb_colliding_key(), arb_colliding_value()), 0..40),
+            wrapped in any::<bool>(),
+        ) {
+            let obj = Json::Object(members);
+            let params = if wrapped { Json::Array(vec![obj]) } else { obj };
+            prop_assert_eq!(canonical_params(Some(&params)), canonical_reference(Some(&params)));
+        }
+
         #[test]
         fn member_order_whitespace_case_and_wrapping_do_not_change_the_key(
             members in arb_object(),

@@ -10,7 +10,7 @@
 //! could disagree about the request (two keys that fold to the same name), so the gateway can refuse
 //! such an envelope instead of guessing.
 
-use super::gojson::{compact_into, fold_eq, write_go_string, Json, SyntaxError, Top};
+use super::gojson::{compact_into, fold_eq, write_go_string, FoldSet, Json, SyntaxError, Top};
 
 /// The top-level members of a decoded request, as a node sees them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -136,18 +136,18 @@ pub fn decode(body: &[u8]) -> Decoded {
         }
     };
     // Two keys that fold to the same name: for the four fields, a second sighting of the field;
-    // for other keys, a fold-equal earlier key that is not one of the four either.
+    // for other keys, a fold-equal earlier key that is not one of the four either. One pass (a set
+    // of folded names), so a body of many distinct keys costs no more than its length.
     let mut seen = [false; 4];
-    for i in 0..members.len() {
-        let key: &str = &members[i].0;
+    let mut others = FoldSet::for_members(members.len());
+    for (key, _, _) in &members {
         let duplicate = match Field::of(key) {
             Some(field) => std::mem::replace(&mut seen[field as usize], true),
-            None => members[..i]
-                .iter()
-                .any(|(k, _, _)| Field::of(k).is_none() && fold_eq(k, key)),
+            None => !others.insert(key),
         };
-        if duplicate && out.ambiguity.is_none() {
+        if duplicate {
             out.ambiguity = Some(format!("duplicate member {key:?} in the request object"));
+            break;
         }
     }
     for (key, value, at) in members {
@@ -179,6 +179,15 @@ enum Field {
 impl Field {
     /// The field a key sets, as Go matches it (case-insensitively); exact names take one compare.
     fn of(key: &str) -> Option<Field> {
+        // Only `j`, `m`, `p`, `i` (either case) fold to the four names' first letters (no
+        // non-ASCII character folds to them), so any other first byte is no field: one compare
+        // for most keys of a body of many keys.
+        if !matches!(
+            key.as_bytes().first(),
+            Some(b'j' | b'J' | b'm' | b'M' | b'p' | b'P' | b'i' | b'I')
+        ) {
+            return None;
+        }
         match key {
             "jsonrpc" => Some(Field::Version),
             "method" => Some(Field::Method),
@@ -217,12 +226,15 @@ fn set_string(
     }
 }
 
-/// Finds two keys of one object anywhere inside `params` that a node would take for the same field.
+/// Finds two keys of one object anywhere inside `params` that a node would take for the same field
+/// (the first in document order). Each object's keys go once through a set of folded names: the
+/// whole walk is linear in the size of `params`.
 fn params_ambiguity(value: &Json) -> Option<String> {
     match value {
         Json::Object(members) => {
-            for (i, (k, v)) in members.iter().enumerate() {
-                if members[..i].iter().any(|(earlier, _)| fold_eq(earlier, k)) {
+            let mut seen = FoldSet::for_members(members.len());
+            for (k, v) in members {
+                if !seen.insert(k) {
                     return Some(format!("duplicate member {k:?} in params"));
                 }
                 if let Some(why) = params_ambiguity(v) {
@@ -239,6 +251,99 @@ fn params_ambiguity(value: &Json) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// The quadratic ambiguity check [`decode`] used before (each key compared with every earlier
+    /// one), kept as the reference the one-pass check must agree with.
+    fn ambiguity_reference(body: &[u8]) -> Option<String> {
+        let Ok(Top::Object(members)) = Json::parse_top(body) else {
+            return None;
+        };
+        let mut out = None;
+        let mut seen = [false; 4];
+        for i in 0..members.len() {
+            let key: &str = &members[i].0;
+            let duplicate = match Field::of(key) {
+                Some(field) => std::mem::replace(&mut seen[field as usize], true),
+                None => members[..i]
+                    .iter()
+                    .any(|(k, _, _)| Field::of(k).is_none() && fold_eq(k, key)),
+            };
+            if duplicate && out.is_none() {
+                out = Some(format!("duplicate member {key:?} in the request object"));
+            }
+        }
+        for (key, value, _) in &members {
+            if let Some(Field::Params) = Field::of(key) {
+                if let Some(why) = params_ambiguity_reference(value) {
+                    out.get_or_insert(why);
+                }
+            }
+        }
+        out
+    }
+
+    fn params_ambiguity_reference(value: &Json) -> Option<String> {
+        match value {
+            Json::Object(members) => {
+                for (i, (k, v)) in members.iter().enumerate() {
+                    if members[..i].iter().any(|(earlier, _)| fold_eq(earlier, k)) {
+                        return Some(format!("duplicate member {k:?} in params"));
+                    }
+                    if let Some(why) = params_ambiguity_reference(v) {
+                        return Some(why);
+                    }
+                }
+                None
+            }
+            Json::Array(items) => items.iter().find_map(params_ambiguity_reference),
+            _ => None,
+        }
+    }
+
+    /// Keys that often fold alike: `k`/`K`/Kelvin sign, `s`/`S`/long s, a number drawn from a
+    /// small range (so objects of 20-40 keys meet their first duplicate anywhere, past the
+    /// [`FoldSet`] list too), and the envelope's own names.
+    fn arb_key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => (
+                proptest::sample::select(vec!["k", "K", "\u{212a}", "id", "x"]),
+                0u8..60,
+                proptest::sample::select(vec!["", "s", "S", "\u{17f}"]),
+            )
+                .prop_map(|(a, n, b)| format!("{a}{n}{b}")),
+            1 => proptest::sample::select(vec![
+                "jsonrpc", "JSONRPC", "method", "Method", "id", "iD", "params", "PARAMS", "\u{212a}", "k",
+            ])
+            .prop_map(String::from),
+        ]
+    }
+
+    /// Values whose objects have up to 40 members with [`arb_key`] names.
+    pub(crate) fn arb_value() -> impl Strategy<Value = Json> {
+        let leaf = prop_oneof![
+            Just(Json::Null),
+            (0u16..300).prop_map(|n| Json::Number(n.to_string().into())),
+            "[a-z]{0,3}".prop_map(Json::String),
+        ];
+        leaf.prop_recursive(3, 120, 40, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Json::Array),
+                proptest::collection::vec((arb_key(), inner), 0..40).prop_map(Json::Object),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn one_pass_ambiguity_matches_the_quadratic_check(
+            members in proptest::collection::vec((arb_key(), arb_value()), 0..40),
+        ) {
+            let body = Json::Object(members).encode();
+            let d = decode(body.as_bytes());
+            prop_assert_eq!(d.ambiguity, ambiguity_reference(body.as_bytes()), "{}", body);
+        }
+    }
 
     #[test]
     fn keys_fold_and_last_wins() {

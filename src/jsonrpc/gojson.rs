@@ -12,8 +12,11 @@
 //! * [`Json`] is a parsed tree that keeps numbers as their validated source text, so re-encoding a
 //!   value never goes through a float (`9223372036854775807`, `1.50` survive).
 //! * [`write_go_string`] and [`compact_into`] encode the way Go's encoder does (`<`, `>`, `&`,
-//!   U+2028 and U+2029 escaped).
-//! * [`fold_key`] is Go's case folding for struct field names.
+//!   U+2028 and U+2029 escaped), for text that must match a node's byte for byte (error `data`,
+//!   echoed ids); [`write_plain_string`] and [`Json::encode_plain_into`] use only the escapes JSON
+//!   requires, for what is sent to a node, so a re-encoded request never outgrows the client's.
+//! * [`fold_key`] is Go's case folding for struct field names; [`FoldSet`] finds two keys of one
+//!   object that fold alike in one pass (a request of many keys costs time linear in its size).
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -504,11 +507,10 @@ impl Json {
         let Json::Object(members) = self else {
             return None;
         };
-        let folded = fold_key(name);
         members
             .iter()
             .rev()
-            .find(|(k, _)| fold_key(k) == folded)
+            .find(|(k, _)| fold_eq(k, name))
             .map(|(_, v)| v)
     }
 
@@ -525,21 +527,34 @@ impl Json {
         matches!(self, Json::Null)
     }
 
-    /// Encodes compactly with Go's escaping rules.
+    /// Encodes compactly with Go's escaping rules (HTML-safe: what a node itself would write).
     pub fn encode_into(&self, out: &mut String) {
+        self.encode_with(out, write_go_string);
+    }
+
+    /// Encodes compactly with only the escapes JSON requires ([`write_plain_string`]): what is
+    /// sent to a node, whose decoder reads `<` and `\u003c` alike. Go's HTML-safe escapes would
+    /// make six bytes of each `<`, `>`, `&` and three of U+2028; without them the text is never
+    /// longer than the text the value was parsed from, except where invalid UTF-8 became U+FFFD
+    /// (three bytes for as little as one): [`Json::plain_len`] says how long it will be.
+    pub fn encode_plain_into(&self, out: &mut String) {
+        self.encode_with(out, write_plain_string);
+    }
+
+    fn encode_with(&self, out: &mut String, string: fn(&mut String, &str)) {
         match self {
             Json::Null => out.push_str("null"),
             Json::Bool(true) => out.push_str("true"),
             Json::Bool(false) => out.push_str("false"),
             Json::Number(n) => out.push_str(n),
-            Json::String(s) => write_go_string(out, s),
+            Json::String(s) => string(out, s),
             Json::Array(items) => {
                 out.push('[');
                 for (i, item) in items.iter().enumerate() {
                     if i > 0 {
                         out.push(',');
                     }
-                    item.encode_into(out);
+                    item.encode_with(out, string);
                 }
                 out.push(']');
             }
@@ -549,11 +564,33 @@ impl Json {
                     if i > 0 {
                         out.push(',');
                     }
-                    write_go_string(out, k);
+                    string(out, k);
                     out.push(':');
-                    v.encode_into(out);
+                    v.encode_with(out, string);
                 }
                 out.push('}');
+            }
+        }
+    }
+
+    /// The exact length of [`Json::encode_plain_into`]'s text, counted without writing it (one
+    /// pass, no allocation), so a caller can refuse a value that would encode past a limit.
+    pub fn plain_len(&self) -> usize {
+        match self {
+            Json::Null => 4,
+            Json::Bool(true) => 4,
+            Json::Bool(false) => 5,
+            Json::Number(n) => n.len(),
+            Json::String(s) => plain_string_len(s),
+            Json::Array(items) => {
+                2 + items.len().saturating_sub(1) + items.iter().map(Json::plain_len).sum::<usize>()
+            }
+            Json::Object(members) => {
+                2 + members.len().saturating_sub(1)
+                    + members
+                        .iter()
+                        .map(|(k, v)| plain_string_len(k) + 1 + v.plain_len())
+                        .sum::<usize>()
             }
         }
     }
@@ -849,7 +886,7 @@ impl<'a> Checked<'a> {
         let end = string_stop(rest, true)?;
         (rest[end] == b'"').then_some(())?;
         self.pos += end + 1;
-        Some(String::from_utf8_lossy(&rest[..end]))
+        Some(go_lossy(&rest[..end]))
     }
 }
 
@@ -951,7 +988,7 @@ impl TreeParser<'_> {
                 self.pos += end + 1;
                 return match std::str::from_utf8(&rest[..end]) {
                     Ok(s) => s.to_owned(),
-                    Err(_) => String::from_utf8_lossy(&rest[..end]).into_owned(),
+                    Err(_) => go_lossy(&rest[..end]).into_owned(),
                 };
             }
         }
@@ -1000,7 +1037,7 @@ impl TreeParser<'_> {
         }
         match String::from_utf8(bytes) {
             Ok(s) => s,
-            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+            Err(e) => go_lossy(e.as_bytes()).into_owned(),
         }
     }
 
@@ -1012,6 +1049,33 @@ impl TreeParser<'_> {
             self.pos += 1;
         }
         v
+    }
+}
+
+/// The bytes of a JSON string as Go decodes them: valid UTF-8 as it is, and every byte of an
+/// invalid sequence as its own U+FFFD (Go's `utf8.DecodeRune` steps over one byte at a time, where
+/// `String::from_utf8_lossy` makes one U+FFFD of a cut-short sequence of two or three bytes: Go
+/// reads `"\xE2\x80A"` as two U+FFFD and `A`). Linear: each byte is looked at once or twice.
+pub fn go_lossy(bytes: &[u8]) -> Cow<'_, str> {
+    let mut rest = match std::str::from_utf8(bytes) {
+        Ok(s) => return Cow::Borrowed(s),
+        Err(_) => bytes,
+    };
+    let mut out = String::with_capacity(bytes.len() + 16);
+    loop {
+        match std::str::from_utf8(rest) {
+            Ok(s) => {
+                out.push_str(s);
+                return Cow::Owned(out);
+            }
+            Err(e) => {
+                let (valid, after) = rest.split_at(e.valid_up_to());
+                out.push_str(std::str::from_utf8(valid).unwrap_or_default());
+                let invalid = e.error_len().unwrap_or(after.len());
+                out.extend(std::iter::repeat('\u{FFFD}').take(invalid));
+                rest = &after[invalid..];
+            }
+        }
     }
 }
 
@@ -1241,7 +1305,131 @@ pub fn fold_eq(a: &str, b: &str) -> bool {
 
 /// Orders keys by their folded names. (No allocation.)
 pub fn fold_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    if a.is_ascii() && b.is_ascii() {
+        // The common case, a byte at a time: an ASCII character is its one byte, and folds as
+        // ASCII upper case does.
+        let upper = |c: u8| c.to_ascii_uppercase();
+        return a.bytes().map(upper).cmp(b.bytes().map(upper));
+    }
     a.chars().map(fold_char).cmp(b.chars().map(fold_char))
+}
+
+/// A key that compares and hashes by its folded name ([`fold_eq`]), so that a hash set finds two
+/// keys a Go decoder takes for the same field in one pass over an object, without folded copies.
+/// (std's hasher is keyed per process, so a client cannot choose keys that all collide.)
+#[derive(Debug, Clone, Copy)]
+pub struct Folded<'a>(pub &'a str);
+
+impl PartialEq for Folded<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        fold_eq(self.0, other.0)
+    }
+}
+
+impl Eq for Folded<'_> {}
+
+impl std::hash::Hash for Folded<'_> {
+    /// Feeds the hasher the folded name's UTF-8 bytes as little-endian words of eight, the last
+    /// one partial with its length in the top byte: the calls depend only on those bytes, so
+    /// fold-equal keys hash alike whichever path (ASCII or not) each takes, and words keep the
+    /// keyed hash (SipHash) at a few nanoseconds a key.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        if self.0.is_ascii() {
+            let mut chunks = self.0.as_bytes().chunks_exact(8);
+            for chunk in &mut chunks {
+                let mut word = [0u8; 8];
+                word.copy_from_slice(chunk);
+                word.make_ascii_uppercase();
+                state.write_u64(u64::from_le_bytes(word));
+            }
+            // The last partial word, as `WordFeeder` would have packed it (a shift per byte: a
+            // copy into a buffer read back as a word stalled on every key).
+            let rest = chunks.remainder();
+            let word = rest.iter().enumerate().fold(0u64, |word, (i, b)| {
+                word | u64::from(b.to_ascii_uppercase()) << (8 * i)
+            });
+            state.write_u64(word | (rest.len() as u64) << 56);
+        } else {
+            let mut words = WordFeeder::default();
+            for c in self.0.chars().map(fold_char) {
+                let mut utf8 = [0u8; 4];
+                for &b in c.encode_utf8(&mut utf8).as_bytes() {
+                    words.push(state, b);
+                }
+            }
+            words.finish(state);
+        }
+    }
+}
+
+/// Packs bytes into little-endian words for a hasher (see [`Folded`]'s `Hash`).
+#[derive(Default)]
+struct WordFeeder {
+    word: u64,
+    len: u32,
+}
+
+impl WordFeeder {
+    fn push<H: std::hash::Hasher>(&mut self, state: &mut H, b: u8) {
+        self.word |= u64::from(b) << (8 * self.len);
+        self.len += 1;
+        if self.len == 8 {
+            state.write_u64(self.word);
+            *self = WordFeeder::default();
+        }
+    }
+
+    fn finish<H: std::hash::Hasher>(self, state: &mut H) {
+        state.write_u64(self.word | u64::from(self.len) << 56);
+    }
+}
+
+/// The keys of one object seen so far, by folded name: [`FoldSet::insert`] says whether a key is
+/// new. Small objects (nearly all) are compared in a list; past 16 keys the set
+/// moves to a hash set, so an object of n keys costs O(n), not O(n²), whatever its keys.
+#[derive(Debug)]
+pub struct FoldSet<'a> {
+    /// The first keys, compared one by one (no allocation for a small object).
+    list: [&'a str; FoldSet::LIST],
+    listed: usize,
+    /// Every key once there are more than fit in the list.
+    hashed: std::collections::HashSet<Folded<'a>>,
+    /// How many keys are expected in all: the hash set's size when it is made.
+    expected: usize,
+}
+
+impl<'a> FoldSet<'a> {
+    /// The most keys kept in the list before moving to the hash set.
+    const LIST: usize = 16;
+
+    /// An empty set for an object of `members` keys (the hash set, if one is needed, is made
+    /// that large at once instead of growing).
+    pub fn for_members(members: usize) -> FoldSet<'a> {
+        FoldSet {
+            list: [""; FoldSet::LIST],
+            listed: 0,
+            hashed: std::collections::HashSet::new(),
+            expected: members,
+        }
+    }
+
+    /// Adds `key`; false when a key of the same folded name was already there.
+    pub fn insert(&mut self, key: &'a str) -> bool {
+        if self.hashed.is_empty() {
+            let listed = &self.list[..self.listed];
+            if listed.iter().any(|k| fold_eq(k, key)) {
+                return false;
+            }
+            if self.listed < Self::LIST {
+                self.list[self.listed] = key;
+                self.listed += 1;
+                return true;
+            }
+            self.hashed.reserve(self.expected.max(2 * Self::LIST));
+            self.hashed.extend(listed.iter().copied().map(Folded));
+        }
+        self.hashed.insert(Folded(key))
+    }
 }
 
 /// Appends `s` as a JSON string the way Go's encoder writes it (HTML-safe).
@@ -1275,16 +1463,83 @@ pub fn write_go_chars(out: &mut String, chars: impl Iterator<Item = char>) {
             '\t' => out.push_str("\\t"),
             '\u{8}' => out.push_str("\\b"),
             '\u{c}' => out.push_str("\\f"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => push_u_escape(out, c),
+            c if (c as u32) < 0x20 => push_u_escape(out, c),
             c => out.push(c),
         }
     }
     out.push('"');
+}
+
+/// Appends `\uXXXX` for a character of the Basic Multilingual Plane: a table lookup per digit
+/// (a body of a million `<` takes a million of these, so no formatting machinery here).
+fn push_u_escape(out: &mut String, c: char) {
+    for b in u_escape(c as u32) {
+        out.push(char::from(b));
+    }
+}
+
+/// The six bytes of `\uXXXX` (lower-case hex, as Go writes it) for a code point below 0x10000.
+fn u_escape(cp: u32) -> [u8; 6] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digit = |shift: u32| HEX[((cp >> shift) & 0xf) as usize];
+    [b'\\', b'u', digit(12), digit(8), digit(4), digit(0)]
+}
+
+/// Appends `s` as a JSON string with only the escapes JSON requires: `"`, the backslash and the
+/// control characters (short forms where JSON has them, else `\u00XX`). Every other character,
+/// `<`, `>`, `&`, U+2028 and U+2029 included, is copied as it is, so the text is `s.len() + 2`
+/// bytes plus one per quote, backslash, `\n`-style control and five per other control character:
+/// never more than the escapes those characters arrived as.
+pub fn write_plain_string(out: &mut String, s: &str) {
+    out.reserve(s.len() + 2);
+    out.push('"');
+    let mut rest = s;
+    // Runs of plain characters are copied whole; every stop is one ASCII byte.
+    while let Some(at) = string_stop(rest.as_bytes(), true) {
+        out.push_str(&rest[..at]);
+        let c = char::from(rest.as_bytes()[at]);
+        match plain_short_escape(c) {
+            Some(short) => {
+                out.push('\\');
+                out.push(short);
+            }
+            None => push_u_escape(out, c),
+        }
+        rest = &rest[at + 1..];
+    }
+    out.push_str(rest);
+    out.push('"');
+}
+
+/// The length of [`write_plain_string`]'s text for `s`, counted without writing it.
+pub fn plain_string_len(s: &str) -> usize {
+    let mut len = s.len() + 2;
+    let mut rest = s.as_bytes();
+    while let Some(at) = string_stop(rest, true) {
+        len += if plain_short_escape(char::from(rest[at])).is_some() {
+            1
+        } else {
+            5
+        };
+        rest = &rest[at + 1..];
+    }
+    len
+}
+
+/// The letter of a two-character escape (`\n`...) for a character [`write_plain_string`] must
+/// escape, when JSON has one.
+fn plain_short_escape(c: char) -> Option<char> {
+    match c {
+        '"' => Some('"'),
+        '\\' => Some('\\'),
+        '\n' => Some('n'),
+        '\r' => Some('r'),
+        '\t' => Some('t'),
+        '\u{8}' => Some('b'),
+        '\u{c}' => Some('f'),
+        _ => None,
+    }
 }
 
 /// A JSON string literal as Go's encoder would write it.
@@ -1315,7 +1570,7 @@ pub fn compact_into(out: &mut Vec<u8>, raw: &[u8]) {
                 in_string = false;
                 out.push(c);
             } else if c == b'<' || c == b'>' || c == b'&' {
-                out.extend_from_slice(format!("\\u{:04x}", c).as_bytes());
+                out.extend_from_slice(&u_escape(u32::from(c)));
             } else if c == 0xE2
                 && raw.get(i + 1) == Some(&0x80)
                 && matches!(raw.get(i + 2), Some(0xA8 | 0xA9))
@@ -1652,6 +1907,59 @@ mod tests {
         }
 
         #[test]
+        fn fold_equal_keys_are_equal_and_hash_alike(
+            a in "[a-zA-Z\u{17F}\u{212A}k_0-9]{0,150}",
+            flips in proptest::collection::vec(proptest::num::u8::ANY, 150),
+            b in "[a-zA-Z\u{17F}\u{212A}k_]{0,4}",
+        ) {
+            use std::hash::BuildHasher;
+            // A fold-equal variant of `a`: each letter recased or swapped for its non-ASCII twin.
+            let variant: String = a
+                .chars()
+                .zip(flips.iter().cycle())
+                .map(|(c, &f)| match (fold_char(c), f % 3) {
+                    ('K', 0) => '\u{212A}',
+                    ('S', 0) => '\u{17F}',
+                    (up, 1) => up,
+                    (up, _) => up.to_ascii_lowercase(),
+                })
+                .collect();
+            let hasher = std::collections::hash_map::RandomState::new();
+            proptest::prop_assert_eq!(Folded(&a), Folded(&variant));
+            proptest::prop_assert_eq!(hasher.hash_one(Folded(&a)), hasher.hash_one(Folded(&variant)));
+            proptest::prop_assert_eq!(Folded(&a) == Folded(&b), fold_key(&a) == fold_key(&b));
+            proptest::prop_assert_eq!(fold_cmp(&a, &b), fold_key(&a).cmp(&fold_key(&b)));
+        }
+
+        #[test]
+        fn fold_set_finds_what_a_pairwise_search_finds(
+            keys in proptest::collection::vec("[kK\u{212A}sS\u{17F}]{1,3}|x[0-9]{1,2}", 0..60),
+        ) {
+            let mut set = FoldSet::for_members(keys.len() / 2);
+            for (i, k) in keys.iter().enumerate() {
+                let fresh = !keys[..i].iter().any(|e| fold_eq(e, k));
+                proptest::prop_assert_eq!(set.insert(k), fresh, "{:?} at {}", keys, i);
+            }
+        }
+
+        /// The plain encoding reads back as the same value, is as long as [`Json::plain_len`]
+        /// says, and is never longer than valid JSON text it was parsed from.
+        #[test]
+        fn plain_encoding_round_trips_and_never_grows(
+            v in json_text(),
+            s in "(\\PC|[\"\\\\<>&\u{2028}\u{2029}\u{0}-\u{1f}\u{7f}])*",
+        ) {
+            for source in [v.clone(), go_string(&s), format!("{{\"k<>\u{2028}\":[{v},{}]}}", go_string(&s))] {
+                let value = Json::parse(source.as_bytes()).unwrap();
+                let mut plain = String::new();
+                value.encode_plain_into(&mut plain);
+                proptest::prop_assert_eq!(plain.len(), value.plain_len());
+                proptest::prop_assert!(plain.len() <= source.len(), "{} -> {}", source, plain);
+                proptest::prop_assert_eq!(Json::parse(plain.as_bytes()).unwrap(), value);
+            }
+        }
+
+        #[test]
         fn fold_eq_matches_fold_key(a in "[a-zA-Z\u{17F}\u{212A}k_]{0,4}", b in "[a-zA-Z\u{17F}\u{212A}k_]{0,4}") {
             proptest::prop_assert_eq!(fold_eq(&a, &b), fold_key(&a) == fold_key(&b));
         }
@@ -1665,6 +1973,56 @@ mod tests {
         assert_eq!(m[1], (&b"result"[..], &br#"{"a":[1,"}"]}"#[..]));
         assert_eq!(m[2], (&b"id"[..], &b"7"[..]));
         assert_eq!(object_members(b"[1]"), None);
+    }
+
+    #[test]
+    fn invalid_utf8_is_one_replacement_per_byte_as_in_go() {
+        let s = |raw: &[u8]| match Json::parse(raw).unwrap() {
+            Json::String(s) => s,
+            other => panic!("{other:?}"),
+        };
+        // A cut-short sequence: one U+FFFD per byte (Rust's lossy conversion makes one of both).
+        assert_eq!(s(b"\"a\xE2\x80b\""), "a\u{FFFD}\u{FFFD}b");
+        assert_eq!(s(b"\"\xF0\x9F\x98\""), "\u{FFFD}\u{FFFD}\u{FFFD}");
+        // An encoded surrogate and stray continuation bytes.
+        assert_eq!(s(b"\"\xED\xA0\x80\x80\""), "\u{FFFD}".repeat(4));
+        // The same through the path for strings with escapes, and in a key.
+        assert_eq!(s(b"\"\xE2\x80\\n\""), "\u{FFFD}\u{FFFD}\n");
+        let v = Json::parse(b"{\"\xE2\x80\":1}").unwrap();
+        assert_eq!(v.field("\u{FFFD}\u{FFFD}"), Some(&Json::Number("1".into())));
+        // Valid UTF-8 is kept, borrowed.
+        assert!(matches!(go_lossy("é€😀".as_bytes()), Cow::Borrowed("é€😀")));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn go_lossy_matches_a_byte_at_a_time_decode(bytes in proptest::collection::vec(
+            proptest::prop_oneof![
+                proptest::num::u8::ANY,
+                proptest::sample::select(vec![0xE2, 0x80, 0xF0, 0x9F, 0xED, 0xA0, 0xC5, 0xBF, b'a']),
+            ],
+            0..24,
+        )) {
+            // Go's loop: decode one rune; an invalid one is U+FFFD of width one.
+            let mut go = String::new();
+            let mut i = 0;
+            while i < bytes.len() {
+                let width = (1..=4)
+                    .filter(|w| i + w <= bytes.len())
+                    .find(|w| std::str::from_utf8(&bytes[i..i + w]).is_ok_and(|s| s.chars().count() == 1));
+                match width {
+                    Some(w) => {
+                        go.push_str(std::str::from_utf8(&bytes[i..i + w]).unwrap());
+                        i += w;
+                    }
+                    None => {
+                        go.push('\u{FFFD}');
+                        i += 1;
+                    }
+                }
+            }
+            proptest::prop_assert_eq!(go_lossy(&bytes), go);
+        }
     }
 
     #[test]
