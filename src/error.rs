@@ -82,6 +82,10 @@ pub enum ProxyError {
     /// The request body did not arrive within `limits.body_timeout`.
     #[error("request body not received within {}", humantime::format_duration(*.0))]
     BodyTimeout(std::time::Duration),
+    /// A call whose re-encoding for a node would pass `limits.body_bytes` (invalid UTF-8 grows
+    /// threefold).
+    #[error("invalid request: larger than {0} bytes once re-encoded (invalid UTF-8)")]
+    TooLargeForNode(usize),
     /// The request body is over `limits.body_bytes`.
     #[error("request body larger than {0} bytes")]
     BodyTooLarge(usize),
@@ -97,7 +101,8 @@ impl ProxyError {
             ProxyError::Ambiguous(_)
             | ProxyError::UnknownUpstream(_)
             | ProxyError::BodyTimeout(_)
-            | ProxyError::BodyTooLarge(_) => -32600,
+            | ProxyError::BodyTooLarge(_)
+            | ProxyError::TooLargeForNode(_) => -32600,
             ProxyError::RateLimited { .. } => -32005,
             ProxyError::Overloaded
             | ProxyError::NoHealthyUpstream
@@ -115,7 +120,8 @@ impl ProxyError {
             | ProxyError::WrongPath { .. }
             | ProxyError::Refused { .. }
             | ProxyError::Ambiguous(_)
-            | ProxyError::UnknownUpstream(_) => StatusCode::OK,
+            | ProxyError::UnknownUpstream(_)
+            | ProxyError::TooLargeForNode(_) => StatusCode::OK,
             ProxyError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ProxyError::NoHealthyUpstream
             | ProxyError::Overloaded
@@ -140,6 +146,7 @@ impl ProxyError {
             | ProxyError::RateLimited { .. }
             | ProxyError::BodyTimeout(_)
             | ProxyError::BodyTooLarge(_)
+            | ProxyError::TooLargeForNode(_)
             | ProxyError::ConnectionLimit { per_address: true } => Blame::Client,
             ProxyError::NoHealthyUpstream
             | ProxyError::Overloaded
@@ -155,7 +162,9 @@ impl ProxyError {
         match self {
             ProxyError::UnknownMethod { .. } | ProxyError::WrongPath { .. } => "unknown_method",
             ProxyError::Refused { .. } => "refused",
-            ProxyError::Ambiguous(_) | ProxyError::UnknownUpstream(_) => "invalid_request",
+            ProxyError::Ambiguous(_)
+            | ProxyError::UnknownUpstream(_)
+            | ProxyError::TooLargeForNode(_) => "invalid_request",
             ProxyError::RateLimited { .. } => "rate_limited",
             ProxyError::NoHealthyUpstream => "no_upstream",
             ProxyError::Overloaded => "overloaded",

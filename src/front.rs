@@ -169,6 +169,9 @@ type HttpResponse = Response<Chunks>;
 /// The header that carries a request's id, both ways.
 pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
+/// What a node may receive beyond `limits.body_bytes`: the envelope around the re-encoded params.
+const UPSTREAM_ENVELOPE: usize = 1024;
+
 /// `X-Cache`: HIT, MISS or BYPASS. A constant: a name given as a string is parsed, and a custom
 /// one allocated, on every insert.
 const X_CACHE: HeaderName = HeaderName::from_static("x-cache");
@@ -727,6 +730,18 @@ impl Front {
             caller: caller.clone(),
             route_min_height: None,
         };
+        // What a node receives is re-encoded, never longer than the client's own bytes except
+        // for invalid UTF-8 (each stray byte is the three bytes of U+FFFD, as Go reads it): a call
+        // whose re-encoding would pass the body limit is refused. Only a body that could triple
+        // past the limit is measured.
+        let most = self.limits.body_bytes + UPSTREAM_ENVELOPE;
+        if raw.len().saturating_mul(3) > self.limits.body_bytes
+            && call.upstream_len(u64::MAX) > most
+        {
+            let _ = self.charge_refused(caller, None);
+            let e = ProxyError::TooLargeForNode(self.limits.body_bytes);
+            return self.refuse(e, Some(&call.spec), caller, call.id.as_deref());
+        }
         let spec = call.spec.clone();
         let client_id = call.id.clone();
         match self.rpc.clone().oneshot(call).await {

@@ -269,3 +269,41 @@ async fn invalid_utf8_reads_as_go_reads_it() {
     assert_eq!(v["error"]["data"]["method"], "a\u{FFFD}\u{FFFD}b", "{v}");
     c.gateway.shutdown().await;
 }
+
+/// Invalid UTF-8 cannot be re-encoded short (each stray byte is three bytes of U+FFFD for a
+/// node, as for Go): such a call is refused when its re-encoding would pass the body limit, and
+/// the node never sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_utf8_that_would_outgrow_the_limit_is_refused() {
+    let (addr, sizes) = recording_node().await;
+    let mut config = snowgate::Config::default();
+    config.server.listen = "127.0.0.1:0".parse().unwrap();
+    config.rate_limit.enabled = false;
+    config.cache.enabled = false;
+    config.upstreams = vec![snowgate::config::UpstreamConfig {
+        name: "recorder".into(),
+        url: format!("http://{addr}"),
+    }];
+    let limit = config.limits.body_bytes;
+    let gw = snowgate::Gateway::start(config).await.unwrap();
+    let head =
+        br#"{"jsonrpc":"2.0","id":1,"method":"platform.getTx","params":{"encoding":"hex","txID":""#;
+    let mut body = head.to_vec();
+    body.resize(limit - 4, 0xFF);
+    body.extend_from_slice(br#""}}"#);
+    let r = support::client()
+        .post(format!("{}/ext/bc/P", gw.url()))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], -32600, "{v}");
+    let sizes = sizes.lock().unwrap().clone();
+    assert!(
+        sizes.iter().all(|&s| s <= limit + 1024),
+        "a node received {sizes:?} bytes"
+    );
+    gw.shutdown().await;
+}
