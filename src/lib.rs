@@ -2,7 +2,10 @@
 //!
 //! The request path, outermost first:
 //!
-//! 1. [`server`] accepts HTTP/1.1 and cleartext HTTP/2 connections (hyper-util).
+//! 1. [`server`] accepts HTTP/1.1 and cleartext HTTP/2 connections (hyper-util), bounded per
+//!    client address, in time (headers, idle, answers the client does not take) and in HTTP/2
+//!    streams; [`front`] reads each body within its time and the connection's and gateway's room;
+//!    answers go back as [`body::Chunks`], large ones shared rather than copied per client.
 //! 2. [`jsonrpc`] reads the envelope with a node's rules and refuses what a node could read
 //!    differently; the client's id is kept as raw bytes.
 //! 3. [`policy`] and [`methods`] decide whether the caller may call the method at that path.

@@ -180,11 +180,13 @@ async fn recording_node() -> (
     (addr, sizes)
 }
 
-/// A ~1 MiB body whose one string param is made of characters Go's encoder escapes (`<`, `>`,
-/// `&`: six bytes each; U+2028 and U+2029: six bytes for three) reaches the node at most
-/// `limits.body_bytes` + 1 KiB long, where the HTML-safe re-encoding made 6 MiB of it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_never_receives_more_than_the_body_limit() {
+/// A gateway (no cache, no rate limit) in front of one [`recording_node`]; with the sizes that
+/// node records and the gateway's `limits.body_bytes`.
+async fn recording_gateway() -> (
+    snowgate::Gateway,
+    std::sync::Arc<std::sync::Mutex<Vec<usize>>>,
+    usize,
+) {
     let (addr, sizes) = recording_node().await;
     let mut config = snowgate::Config::default();
     config.server.listen = "127.0.0.1:0".parse().unwrap();
@@ -196,6 +198,15 @@ async fn a_node_never_receives_more_than_the_body_limit() {
     }];
     let limit = config.limits.body_bytes;
     let gw = snowgate::Gateway::start(config).await.unwrap();
+    (gw, sizes, limit)
+}
+
+/// A ~1 MiB body whose one string param is made of characters Go's encoder escapes (`<`, `>`,
+/// `&`: six bytes each; U+2028 and U+2029: six bytes for three) reaches the node at most
+/// `limits.body_bytes` + 1 KiB long, where the HTML-safe re-encoding made 6 MiB of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_never_receives_more_than_the_body_limit() {
+    let (gw, sizes, limit) = recording_gateway().await;
     let url = format!("{}/ext/bc/P", gw.url());
     for unit in ["<>&", "\u{2028}\u{2029}"] {
         let head = r#"{"jsonrpc":"2.0","id":1,"method":"platform.getTx","params":{"encoding":"hex","txID":""#;
@@ -275,17 +286,7 @@ async fn invalid_utf8_reads_as_go_reads_it() {
 /// the node never sees it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_utf8_that_would_outgrow_the_limit_is_refused() {
-    let (addr, sizes) = recording_node().await;
-    let mut config = snowgate::Config::default();
-    config.server.listen = "127.0.0.1:0".parse().unwrap();
-    config.rate_limit.enabled = false;
-    config.cache.enabled = false;
-    config.upstreams = vec![snowgate::config::UpstreamConfig {
-        name: "recorder".into(),
-        url: format!("http://{addr}"),
-    }];
-    let limit = config.limits.body_bytes;
-    let gw = snowgate::Gateway::start(config).await.unwrap();
+    let (gw, sizes, limit) = recording_gateway().await;
     let head =
         br#"{"jsonrpc":"2.0","id":1,"method":"platform.getTx","params":{"encoding":"hex","txID":""#;
     let mut body = head.to_vec();

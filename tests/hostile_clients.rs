@@ -18,21 +18,6 @@ fn addr_of(url: &str) -> SocketAddr {
     url.trim_start_matches("http://").parse().unwrap()
 }
 
-/// Reads until the peer closes, for at most `limit`; `None` if it did not close in time.
-async fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    let deadline = Instant::now() + limit;
-    loop {
-        let mut buf = [0u8; 16 * 1024];
-        let left = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, stream.read(&mut buf)).await {
-            Err(_) => return None,
-            Ok(Ok(0)) | Ok(Err(_)) => return Some(out),
-            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
-        }
-    }
-}
-
 /// A request head for `path` declaring a body of `len` bytes.
 fn request_head(path: &str, len: usize) -> String {
     format!(

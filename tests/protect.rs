@@ -221,19 +221,6 @@ async fn hard_limits_answer_with_clear_errors() {
     c.gateway.shutdown().await;
 }
 
-async fn read_until_closed(stream: &mut tokio::net::TcpStream, limit: Duration) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
-            Err(_) => return None,
-            Ok(Ok(0)) | Ok(Err(_)) => return Some(out),
-            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
-        }
-    }
-}
-
 /// Writes `bytes` one every 20 ms, for at most `limit`, then waits up to `limit` for the gateway
 /// to close the connection; whether it was cut off.
 async fn trickled_until_cut(

@@ -190,3 +190,22 @@ pub async fn scripted_node(
     });
     addr
 }
+
+/// Reads until the peer closes, for at most `limit`; `None` if it did not close in time.
+pub async fn read_until_closed(
+    stream: &mut tokio::net::TcpStream,
+    limit: Duration,
+) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, tokio::io::AsyncReadExt::read(stream, &mut buf))
+            .await
+        {
+            Err(_) => return None,
+            Ok(Ok(0)) | Ok(Err(_)) => return Some(out),
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+}
