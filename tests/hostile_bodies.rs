@@ -262,20 +262,25 @@ fn invalid_utf8_inflation_is_counted_before_the_body_is_built() {
     );
 }
 
+/// POSTs raw body bytes (not necessarily UTF-8) to the gateway's P-chain path; the JSON answer.
+async fn post_bytes(gateway: &str, body: Vec<u8>) -> serde_json::Value {
+    let r = support::client()
+        .post(format!("{gateway}/ext/bc/P"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    r.json().await.unwrap()
+}
+
 /// A cut-short UTF-8 sequence reads as one U+FFFD per byte, as Go's decoder reads it (not one for
 /// the whole sequence): the envelope the gateway echoes in a -32600 error is the node's.
 #[tokio::test]
 async fn invalid_utf8_reads_as_go_reads_it() {
     let c = Cluster::start(1, Duration::from_secs(60), |_| {}).await;
     let body = b"{\"jsonrpc\":\"1.0\",\"id\":1,\"method\":\"a\xE2\x80b\"}".to_vec();
-    let r = support::client()
-        .post(format!("{}/ext/bc/P", c.url()))
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    let v: serde_json::Value = r.json().await.unwrap();
+    let v = post_bytes(&c.url(), body).await;
     assert_eq!(v["error"]["code"], -32600, "{v}");
     assert_eq!(v["error"]["data"]["method"], "a\u{FFFD}\u{FFFD}b", "{v}");
     c.gateway.shutdown().await;
@@ -292,14 +297,7 @@ async fn invalid_utf8_that_would_outgrow_the_limit_is_refused() {
     let mut body = head.to_vec();
     body.resize(limit - 4, 0xFF);
     body.extend_from_slice(br#""}}"#);
-    let r = support::client()
-        .post(format!("{}/ext/bc/P", gw.url()))
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    let v: serde_json::Value = r.json().await.unwrap();
+    let v = post_bytes(&gw.url(), body).await;
     assert_eq!(v["error"]["code"], -32600, "{v}");
     let sizes = sizes.lock().unwrap().clone();
     assert!(
