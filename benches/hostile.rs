@@ -139,7 +139,7 @@ fn hostile(c: &mut Criterion) {
                     admin: false,
                     pin: None,
                     ip: [127, 0, 0, 1].into(),
-                    client: snowgate::ratelimit::ClientId::Ip([127, 0, 0, 1].into()),
+                    client: snowgate::call::ClientId::Ip([127, 0, 0, 1].into()),
                     request_id: None,
                 },
                 route_min_height: None,

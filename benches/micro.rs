@@ -2,9 +2,10 @@
 //!
 //! * `envelope`: a typical `platform.getTx` body decoded with a node's rules, its method looked up
 //!   in the registry, and its canonical cache key built (what every request pays before the cache);
-//! * `cache_hit`: the whole in-process cache-hit path, `Front::handle` from request bytes to
-//!   response bytes against a warmed cache (policy, cache lookup, answer written with the client's
-//!   id); the HTTP server's own layers (request id, trace span) and hyper are not included;
+//! * `cache_hit`: the whole in-process cache-hit path, the stack of one connection
+//!   (`Stack::http`: request id, trace, CORS, drain, compression, router, decode, policy, rate
+//!   limit off, cache) from request bytes to response bytes against a warmed cache; hyper and the
+//!   server's connection bookkeeping are not included;
 //! * `forward_encode`: re-encoding a forwarded call for the node (`RpcCall::upstream_body`).
 //!
 //! `cargo bench --bench micro`; the load benchmark is `cargo bench --bench load`.
@@ -21,8 +22,11 @@ use snowgate::cache::key::canonical_params;
 use snowgate::call::{Caller, RpcCall};
 use snowgate::config::{Config, UpstreamConfig};
 use snowgate::devnode::{DevNode, DevNodeConfig};
-use snowgate::front::{ConnInfo, Front};
+use snowgate::http::compress::Body;
+use snowgate::http::ConnInfo;
 use snowgate::methods::Registry;
+use snowgate::stack::Stack;
+use tower::{Service, ServiceExt};
 
 /// A devnode transaction ID, the shape and length of a real one.
 const TX_ID: &str = "GQoePZSB9rc6QWdEKbq7NwoSLKg3fiLnjFA7WLSFqph4hebYt";
@@ -68,7 +72,7 @@ fn forward_encode(c: &mut Criterion) {
             admin: false,
             pin: None,
             ip: [127, 0, 0, 1].into(),
-            client: snowgate::ratelimit::ClientId::Ip([127, 0, 0, 1].into()),
+            client: snowgate::call::ClientId::Ip([127, 0, 0, 1].into()),
             request_id: None,
         },
         route_min_height: None,
@@ -78,9 +82,9 @@ fn forward_encode(c: &mut Criterion) {
     });
 }
 
-/// A front assembled as `Gateway::start_on` assembles it, over one in-process devnode, without a
+/// A stack assembled as `Gateway::start_on` assembles it, over one in-process devnode, without a
 /// listener.
-async fn front() -> (Arc<Front>, DevNode) {
+async fn front() -> (Arc<Stack>, DevNode) {
     let node = DevNode::spawn(DevNodeConfig::default())
         .await
         .expect("a devnode binds 127.0.0.1:0");
@@ -102,7 +106,7 @@ async fn front() -> (Arc<Front>, DevNode) {
     let front = snowgate::gateway::assemble(&config, None)
         .await
         .expect("the bench's config is valid")
-        .front;
+        .stack;
     (front, node)
 }
 
@@ -115,9 +119,23 @@ fn request(body: &str) -> Request<Full<Bytes>> {
         .expect("a static request is valid")
 }
 
-async fn answer(front: &Arc<Front>, body: &str) -> (String, Bytes) {
-    let conn = ConnInfo::new(SocketAddr::from(([127, 0, 0, 1], 40000)), &front.limits);
-    let resp = front.clone().handle(request(body), &conn).await;
+/// One connection's stack, as the server builds it for each connection.
+fn connection(
+    stack: &Stack,
+) -> impl Service<
+    Request<Full<Bytes>>,
+    Response = http::Response<Body>,
+    Error = std::convert::Infallible,
+> + Clone {
+    let conn = ConnInfo::new(SocketAddr::from(([127, 0, 0, 1], 40000)), 4 << 20);
+    stack.http::<Full<Bytes>>(Arc::new(conn))
+}
+
+async fn answer(front: &Arc<Stack>, body: &str) -> (String, Bytes) {
+    let resp = connection(front)
+        .oneshot(request(body))
+        .await
+        .unwrap_or_else(|never| match never {});
     let cache = resp
         .headers()
         .get("x-cache")
@@ -156,12 +174,12 @@ fn cache_hit(c: &mut Criterion) {
     let (first, _) = rt.block_on(answer(&front, &body));
     let (second, bytes) = rt.block_on(answer(&front, &body));
     assert_eq!((first.as_str(), second.as_str()), ("MISS", "HIT"));
-    let conn = ConnInfo::new(SocketAddr::from(([127, 0, 0, 1], 40000)), &front.limits);
+    let service = connection(&front);
     let mut g = c.benchmark_group("cache_hit");
     g.throughput(Throughput::Bytes(bytes.len() as u64));
-    g.bench_function("front.handle getTx (hit)", |b| {
+    g.bench_function("stack getTx (hit)", |b| {
         b.iter(|| {
-            let resp = rt.block_on(front.clone().handle(request(black_box(&body)), &conn));
+            let resp = rt.block_on(service.clone().oneshot(request(black_box(&body))));
             black_box(resp)
         });
     });

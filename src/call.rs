@@ -13,6 +13,15 @@ use crate::body::Chunks;
 use crate::jsonrpc::Json;
 use crate::methods::MethodSpec;
 
+/// The identity a quota is kept for: a key the client presented, or its address.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ClientId {
+    /// Index of a key in `[[rate_limit.keys]]`.
+    Key(usize),
+    /// An IPv4 address or an IPv6 /64.
+    Ip(IpAddr),
+}
+
 /// Who is calling.
 #[derive(Debug, Clone)]
 pub struct Caller {
@@ -23,7 +32,7 @@ pub struct Caller {
     /// The client's address.
     pub ip: IpAddr,
     /// Whose quota the call is charged to.
-    pub client: crate::ratelimit::ClientId,
+    pub client: ClientId,
     /// The request id (`x-request-id`), for the log lines of this call.
     pub request_id: Option<http::HeaderValue>,
 }
@@ -36,6 +45,19 @@ impl Caller {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("-")
     }
+}
+
+/// The pool's best height as the layers above it read it (the cache keys head-class answers by
+/// it), without depending on the pool.
+pub trait BestHeight: Send + Sync {
+    /// The highest height a quorum of healthy nodes has reached.
+    fn best_height(&self) -> u64;
+}
+
+/// Whether a call would be answered from the cache, asked by the rate limiter (a hit is charged
+/// at its own price) without depending on the cache, and without counting as a lookup.
+pub trait HitProbe: Send + Sync {
+    fn would_hit(&self, call: &RpcCall) -> bool;
 }
 
 /// One call on its way to a node.

@@ -4,9 +4,12 @@
 //! log level and the metric label. An error a node returns inside a JSON-RPC body is not a
 //! `ProxyError`: it is data, passed through to the client unchanged.
 
-use http::StatusCode;
+use http::{header, HeaderValue, StatusCode};
 
-/// Who caused a failure.
+use crate::body::Chunks;
+
+/// Who caused a failure: it picks the log level of a failed call (a client's fault at debug, so
+/// that hostile clients cannot flood the log; a node's or snowgate's at warn).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Blame {
     /// The caller sent something we refuse.
@@ -18,19 +21,94 @@ pub enum Blame {
 }
 
 impl Blame {
-    /// Metric label.
-    pub fn label(self) -> &'static str {
+    /// The level a failed call is logged at.
+    pub fn log_level(self) -> tracing::Level {
         match self {
-            Blame::Client => "client",
-            Blame::Upstream => "upstream",
-            Blame::Proxy => "proxy",
+            Blame::Client => tracing::Level::DEBUG,
+            Blame::Upstream | Blame::Proxy => tracing::Level::WARN,
         }
     }
 }
 
-/// Why snowgate answered a call itself instead of relaying a node's answer.
+/// Which counter an answer is counted in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counted {
+    /// `snowgate_requests_total{method,outcome}`: a JSON-RPC call (or what should have been one).
+    Call,
+    /// `snowgate_http_rejections_total{reason}`: an HTTP request refused before any call was read.
+    Http,
+}
+
+/// Every answer snowgate makes itself instead of relaying a node's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProxyError {
+    // HTTP, before any JSON-RPC is read: worded as a node words them.
+    /// A path neither a node nor snowgate serves.
+    #[error("404 page not found")]
+    NotFound,
+    /// An RPC path asked with a method other than POST.
+    #[error("rpc: POST method required, received {0}")]
+    PostRequired(http::Method),
+    /// One of snowgate's own endpoints asked with the wrong method.
+    #[error("snowgate answers {allowed} {path}")]
+    WrongHttpMethod {
+        allowed: &'static str,
+        path: &'static str,
+    },
+    /// A `Content-Type` other than `application/json` (the media type as sent, lossily).
+    #[error("rpc: unrecognized Content-Type: {0}")]
+    UnsupportedMediaType(String),
+    /// The client broke off its body, or sent a malformed one.
+    #[error("bad request body")]
+    BrokenBody,
+    /// The request body is over `limits.body_bytes`.
+    #[error("request body larger than {0} bytes")]
+    BodyTooLarge(usize),
+    /// The request body did not arrive within `limits.body_timeout`.
+    #[error("request body not received within {}", humantime::format_duration(*.0))]
+    BodyTimeout(std::time::Duration),
+    /// A new connection over `limits.max_connections` (or, `per_address`, over
+    /// `limits.max_connections_per_ip` from one address): answered and closed at once.
+    #[error("too many open connections{}, retry later", if *per_address { " from this address" } else { "" })]
+    ConnectionLimit { per_address: bool },
+    /// An admin endpoint without a valid admin key.
+    #[error("admin key required")]
+    Unauthorized,
+    /// `POST /snowgate/cache/purge?method=NAME` with a name not in the registry.
+    #[error("unknown method {0:?}")]
+    UnknownPurgeMethod(String),
+    /// The cache could not be purged.
+    #[error("{0}")]
+    PurgeFailed(String),
+
+    // The JSON-RPC envelope (`data` is the node's detail: the Go error the parser met).
+    /// Not JSON, as a node words it.
+    #[error("{message}")]
+    Parse { message: String, data: String },
+    /// `jsonrpc` is not `"2.0"`.
+    #[error("jsonrpc must be 2.0")]
+    InvalidVersion { data: String },
+    /// A batch element that is not a request (JSON-RPC 2.0 words, inside a batch only).
+    #[error("invalid request: {0}")]
+    NotARequest(String),
+    /// Nested deeper than `limits.depth`.
+    #[error("request nested deeper than {0} levels")]
+    TooDeep(usize),
+    /// `[]`.
+    #[error("invalid request: empty batch")]
+    EmptyBatch,
+    /// A batch over `limits.batch_len` calls.
+    #[error("batch of {len} calls exceeds the limit of {limit}")]
+    BatchTooLong { len: usize, limit: usize },
+    /// An envelope a node could read differently from snowgate.
+    #[error("invalid request: {0}")]
+    Ambiguous(String),
+    /// A call whose re-encoding for a node would pass `limits.body_bytes` (invalid UTF-8 grows
+    /// threefold).
+    #[error("invalid request: larger than {0} bytes once re-encoded (invalid UTF-8)")]
+    TooLargeForNode(usize),
+
+    // The call.
     /// The method is not in the registry.
     #[error("method {method:?} is not served by this gateway")]
     UnknownMethod { method: String },
@@ -38,7 +116,7 @@ pub enum ProxyError {
     #[error("method {method:?} is not served at {path} (use {expected})")]
     WrongPath {
         method: String,
-        path: String,
+        path: &'static str,
         expected: &'static str,
     },
     /// The caller may not call this method.
@@ -47,15 +125,14 @@ pub enum ProxyError {
         method: String,
         reason: &'static str,
     },
-    /// An envelope a node could read differently from snowgate.
-    #[error("invalid request: {0}")]
-    Ambiguous(String),
     /// `X-Snowgate-Upstream` names no configured upstream.
     #[error("unknown upstream {0:?} in X-Snowgate-Upstream")]
     UnknownUpstream(String),
     /// The client is over its quota.
     #[error("rate limit exceeded: retry after {retry_after_secs}s")]
     RateLimited { retry_after_secs: u64 },
+
+    // The pool.
     /// No upstream can take the request.
     #[error("no healthy upstream")]
     NoHealthyUpstream,
@@ -75,106 +152,129 @@ pub enum ProxyError {
     /// bytes` with the gateway's bound), never the answer.
     #[error("upstream {upstream} sent an invalid answer: {detail}")]
     BadUpstreamAnswer { upstream: String, detail: String },
-    /// A new connection over `limits.max_connections` (or, `per_address`, over
-    /// `limits.max_connections_per_ip` from one address): answered and closed at once.
-    #[error("too many open connections{}, retry later", if *per_address { " from this address" } else { "" })]
-    ConnectionLimit { per_address: bool },
-    /// The request body did not arrive within `limits.body_timeout`.
-    #[error("request body not received within {}", humantime::format_duration(*.0))]
-    BodyTimeout(std::time::Duration),
-    /// A call whose re-encoding for a node would pass `limits.body_bytes` (invalid UTF-8 grows
-    /// threefold).
-    #[error("invalid request: larger than {0} bytes once re-encoded (invalid UTF-8)")]
-    TooLargeForNode(usize),
-    /// The request body is over `limits.body_bytes`.
-    #[error("request body larger than {0} bytes")]
-    BodyTooLarge(usize),
 }
 
 impl ProxyError {
-    /// The JSON-RPC error code.
-    pub fn code(&self) -> i64 {
-        match self {
-            ProxyError::UnknownMethod { .. }
-            | ProxyError::WrongPath { .. }
-            | ProxyError::Refused { .. } => -32601,
-            ProxyError::Ambiguous(_)
-            | ProxyError::UnknownUpstream(_)
-            | ProxyError::BodyTimeout(_)
-            | ProxyError::BodyTooLarge(_)
-            | ProxyError::TooLargeForNode(_) => -32600,
-            ProxyError::RateLimited { .. } => -32005,
-            ProxyError::Overloaded
-            | ProxyError::NoHealthyUpstream
-            | ProxyError::UpstreamTimeout { .. }
-            | ProxyError::UpstreamUnavailable { .. }
-            | ProxyError::BadUpstreamAnswer { .. }
-            | ProxyError::ConnectionLimit { .. } => -32603,
-        }
+    /// The JSON-RPC error code; `None` for the answers a node gives as plain text (HTTP-level
+    /// refusals and the admin endpoints).
+    pub fn code(&self) -> Option<i64> {
+        use ProxyError::*;
+        Some(match self {
+            NotFound
+            | PostRequired(_)
+            | WrongHttpMethod { .. }
+            | UnsupportedMediaType(_)
+            | BrokenBody
+            | Unauthorized
+            | UnknownPurgeMethod(_)
+            | PurgeFailed(_) => return None,
+            Parse { .. } => -32700,
+            UnknownMethod { .. } | WrongPath { .. } | Refused { .. } => -32601,
+            InvalidVersion { .. }
+            | NotARequest(_)
+            | TooDeep(_)
+            | EmptyBatch
+            | BatchTooLong { .. }
+            | Ambiguous(_)
+            | UnknownUpstream(_)
+            | BodyTimeout(_)
+            | BodyTooLarge(_)
+            | TooLargeForNode(_) => -32600,
+            RateLimited { .. } => -32005,
+            Overloaded
+            | NoHealthyUpstream
+            | UpstreamTimeout { .. }
+            | UpstreamUnavailable { .. }
+            | BadUpstreamAnswer { .. }
+            | ConnectionLimit { .. } => -32603,
+        })
     }
 
     /// The HTTP status of the answer.
     pub fn status(&self) -> StatusCode {
+        use ProxyError::*;
         match self {
-            ProxyError::UnknownMethod { .. }
-            | ProxyError::WrongPath { .. }
-            | ProxyError::Refused { .. }
-            | ProxyError::Ambiguous(_)
-            | ProxyError::UnknownUpstream(_)
-            | ProxyError::TooLargeForNode(_) => StatusCode::OK,
-            ProxyError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            ProxyError::NoHealthyUpstream
-            | ProxyError::Overloaded
-            | ProxyError::ConnectionLimit { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            ProxyError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
-            ProxyError::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            ProxyError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            ProxyError::UpstreamUnavailable { .. } | ProxyError::BadUpstreamAnswer { .. } => {
-                StatusCode::BAD_GATEWAY
+            NotFound => StatusCode::NOT_FOUND,
+            PostRequired(_) | WrongHttpMethod { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            BrokenBody | UnknownPurgeMethod(_) => StatusCode::BAD_REQUEST,
+            Unauthorized => StatusCode::UNAUTHORIZED,
+            PurgeFailed(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Parse { .. }
+            | InvalidVersion { .. }
+            | NotARequest(_)
+            | TooDeep(_)
+            | EmptyBatch
+            | UnknownMethod { .. }
+            | WrongPath { .. }
+            | Refused { .. }
+            | Ambiguous(_)
+            | UnknownUpstream(_)
+            | TooLargeForNode(_) => StatusCode::OK,
+            RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            NoHealthyUpstream | Overloaded | ConnectionLimit { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
             }
+            BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            BodyTooLarge(_) | BatchTooLong { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            UpstreamUnavailable { .. } | BadUpstreamAnswer { .. } => StatusCode::BAD_GATEWAY,
         }
     }
 
     /// Who caused it.
     pub fn blame(&self) -> Blame {
+        use ProxyError::*;
         match self {
-            ProxyError::UnknownMethod { .. }
-            | ProxyError::WrongPath { .. }
-            | ProxyError::Refused { .. }
-            | ProxyError::Ambiguous(_)
-            | ProxyError::UnknownUpstream(_)
-            | ProxyError::RateLimited { .. }
-            | ProxyError::BodyTimeout(_)
-            | ProxyError::BodyTooLarge(_)
-            | ProxyError::TooLargeForNode(_)
-            | ProxyError::ConnectionLimit { per_address: true } => Blame::Client,
-            ProxyError::NoHealthyUpstream
-            | ProxyError::Overloaded
-            | ProxyError::ConnectionLimit { per_address: false } => Blame::Proxy,
-            ProxyError::UpstreamTimeout { .. }
-            | ProxyError::UpstreamUnavailable { .. }
-            | ProxyError::BadUpstreamAnswer { .. } => Blame::Upstream,
+            NoHealthyUpstream
+            | Overloaded
+            | PurgeFailed(_)
+            | ConnectionLimit { per_address: false } => Blame::Proxy,
+            UpstreamTimeout { .. } | UpstreamUnavailable { .. } | BadUpstreamAnswer { .. } => {
+                Blame::Upstream
+            }
+            _ => Blame::Client,
         }
     }
 
-    /// The metric label of the outcome.
-    pub fn outcome(&self) -> &'static str {
+    /// The counter the answer is counted in, and its label there (`outcome` or `reason`).
+    pub fn counted(&self) -> (Counted, &'static str) {
+        use ProxyError::*;
+        let http = |reason| (Counted::Http, reason);
+        let call = |outcome| (Counted::Call, outcome);
         match self {
-            ProxyError::UnknownMethod { .. } | ProxyError::WrongPath { .. } => "unknown_method",
-            ProxyError::Refused { .. } => "refused",
-            ProxyError::Ambiguous(_)
-            | ProxyError::UnknownUpstream(_)
-            | ProxyError::TooLargeForNode(_) => "invalid_request",
-            ProxyError::RateLimited { .. } => "rate_limited",
-            ProxyError::NoHealthyUpstream => "no_upstream",
-            ProxyError::Overloaded => "overloaded",
-            ProxyError::UpstreamTimeout { .. } => "upstream_timeout",
-            ProxyError::UpstreamUnavailable { .. } => "upstream_unavailable",
-            ProxyError::BadUpstreamAnswer { .. } => "bad_upstream_answer",
-            ProxyError::ConnectionLimit { .. } => "connection_limit",
-            ProxyError::BodyTimeout(_) => "body_timeout",
-            ProxyError::BodyTooLarge(_) => "body_too_large",
+            NotFound => http("not_found"),
+            PostRequired(_) | WrongHttpMethod { .. } => http("method_not_allowed"),
+            UnsupportedMediaType(_) => http("unsupported_media_type"),
+            BrokenBody => http("body_error"),
+            BodyTooLarge(_) => http("body_too_large"),
+            BodyTimeout(_) => http("body_timeout"),
+            ConnectionLimit { .. } => http("connection_limit"),
+            Unauthorized => http("unauthorized"),
+            UnknownPurgeMethod(_) | PurgeFailed(_) => http("bad_admin_request"),
+            Parse { .. } => call("parse_error"),
+            InvalidVersion { .. }
+            | NotARequest(_)
+            | TooDeep(_)
+            | EmptyBatch
+            | BatchTooLong { .. }
+            | Ambiguous(_)
+            | UnknownUpstream(_)
+            | TooLargeForNode(_) => call("invalid_request"),
+            UnknownMethod { .. } | WrongPath { .. } => call("unknown_method"),
+            Refused { .. } => call("refused"),
+            RateLimited { .. } => call("rate_limited"),
+            NoHealthyUpstream => call("no_upstream"),
+            Overloaded => call("overloaded"),
+            UpstreamTimeout { .. } => call("upstream_timeout"),
+            UpstreamUnavailable { .. } => call("upstream_unavailable"),
+            BadUpstreamAnswer { .. } => call("bad_upstream_answer"),
         }
+    }
+
+    /// The metric label of the outcome (see [`ProxyError::counted`]).
+    pub fn outcome(&self) -> &'static str {
+        self.counted().1
     }
 
     /// Failures worth another attempt on another node (for reads).
@@ -187,9 +287,55 @@ impl ProxyError {
         )
     }
 
-    /// The JSON-RPC error body (node layout) with the client's raw id.
+    /// The node's `data` detail of an envelope error (JSON: the envelope as the node read it).
+    fn data(&self) -> Option<&str> {
+        match self {
+            ProxyError::Parse { data, .. } | ProxyError::InvalidVersion { data } => Some(data),
+            _ => None,
+        }
+    }
+
+    /// The answer's body: a JSON-RPC error object (node layout) with the client's raw id, or the
+    /// node's plain text with a trailing newline.
     pub fn body(&self, id: Option<&[u8]>) -> Vec<u8> {
-        crate::jsonrpc::response::error(self.code(), &self.to_string(), None, id)
+        match (self, self.code()) {
+            (ProxyError::PostRequired(_) | ProxyError::UnsupportedMediaType(_), None) => {
+                // gorilla/rpc writes these without a newline.
+                self.to_string().into_bytes()
+            }
+            (_, None) => format!("{self}\n").into_bytes(),
+            (_, Some(code)) => {
+                crate::jsonrpc::response::error(code, &self.to_string(), self.data(), id)
+            }
+        }
+    }
+
+    /// The whole HTTP answer: status, content type, body, and the headers that go with it
+    /// (`Retry-After` over quota, `WWW-Authenticate` for an admin key, `connection: close`
+    /// after a body that timed out, since the rest of it may still come).
+    pub fn response(&self, id: Option<&[u8]>) -> http::Response<Chunks> {
+        let mut r = http::Response::new(Chunks::from(self.body(id)));
+        *r.status_mut() = self.status();
+        let h = r.headers_mut();
+        let content_type = if self.code().is_some() {
+            crate::jsonrpc::response::JSON_CONTENT_TYPE
+        } else {
+            "text/plain; charset=utf-8"
+        };
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        match self {
+            ProxyError::RateLimited { retry_after_secs } => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+            }
+            ProxyError::Unauthorized => {
+                h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ProxyError::BodyTimeout(_) => {
+                h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            _ => {}
+        }
+        r
     }
 
     /// A whole HTTP/1.1 answer carrying this error, for the few places that must write to a socket
@@ -220,32 +366,211 @@ impl ProxyError {
 mod tests {
     use super::*;
 
+    /// One of every variant. The match below stops compiling when a variant is added, until it is
+    /// listed here (and so checked against the README).
+    fn every_variant() -> Vec<ProxyError> {
+        use ProxyError::*;
+        let all = vec![
+            NotFound,
+            PostRequired(http::Method::GET),
+            WrongHttpMethod {
+                allowed: "GET",
+                path: "/ext/health",
+            },
+            UnsupportedMediaType("text/plain".into()),
+            BrokenBody,
+            BodyTooLarge(1_048_576),
+            BodyTimeout(std::time::Duration::from_secs(10)),
+            ConnectionLimit { per_address: false },
+            ConnectionLimit { per_address: true },
+            Unauthorized,
+            UnknownPurgeMethod("platform.nope".into()),
+            PurgeFailed("why".into()),
+            Parse {
+                message: "EOF".into(),
+                data: "{}".into(),
+            },
+            InvalidVersion { data: "{}".into() },
+            NotARequest("7".into()),
+            TooDeep(32),
+            EmptyBatch,
+            BatchTooLong {
+                len: 150,
+                limit: 100,
+            },
+            Ambiguous("duplicate member".into()),
+            TooLargeForNode(1_048_576),
+            UnknownMethod {
+                method: "platform.nope".into(),
+            },
+            WrongPath {
+                method: "info.getNetworkID".into(),
+                path: "/ext/bc/P",
+                expected: "/ext/info",
+            },
+            Refused {
+                method: "info.getNodeID".into(),
+                reason: "node-specific methods need an admin key",
+            },
+            UnknownUpstream("x".into()),
+            RateLimited {
+                retry_after_secs: 1,
+            },
+            NoHealthyUpstream,
+            Overloaded,
+            UpstreamTimeout {
+                upstream: "node-a".into(),
+            },
+            UpstreamUnavailable {
+                upstream: "node-a".into(),
+                detail: "connect refused".into(),
+            },
+            BadUpstreamAnswer {
+                upstream: "node-a".into(),
+                detail: "bad answer".into(),
+            },
+        ];
+        for e in &all {
+            match e {
+                NotFound
+                | PostRequired(_)
+                | WrongHttpMethod { .. }
+                | UnsupportedMediaType(_)
+                | BrokenBody
+                | BodyTooLarge(_)
+                | BodyTimeout(_)
+                | ConnectionLimit { .. }
+                | Unauthorized
+                | UnknownPurgeMethod(_)
+                | PurgeFailed(_)
+                | Parse { .. }
+                | InvalidVersion { .. }
+                | NotARequest(_)
+                | TooDeep(_)
+                | EmptyBatch
+                | BatchTooLong { .. }
+                | Ambiguous(_)
+                | TooLargeForNode(_)
+                | UnknownMethod { .. }
+                | WrongPath { .. }
+                | Refused { .. }
+                | UnknownUpstream(_)
+                | RateLimited { .. }
+                | NoHealthyUpstream
+                | Overloaded
+                | UpstreamTimeout { .. }
+                | UpstreamUnavailable { .. }
+                | BadUpstreamAnswer { .. } => {}
+            }
+        }
+        all
+    }
+
+    /// A row of the README's error table: (HTTP status, JSON-RPC code, counted as, message).
+    type Row = (u16, Option<i64>, String, String);
+
+    fn readme_rows() -> Vec<Row> {
+        let readme = include_str!("../README.md");
+        let start = readme
+            .find("| case | HTTP | JSON-RPC code | counted as | message |")
+            .expect("the README has the error table");
+        readme[start..]
+            .lines()
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .map(|line| {
+                let cells: Vec<&str> = line.split(" | ").map(str::trim).collect();
+                assert!(cells.len() >= 5, "a row of five cells: {line}");
+                let status: String = cells[1].chars().take_while(char::is_ascii_digit).collect();
+                let code = match cells[2] {
+                    "—" => None,
+                    c => Some(c.parse().unwrap_or_else(|_| panic!("a code: {line}"))),
+                };
+                (
+                    status
+                        .parse()
+                        .unwrap_or_else(|_| panic!("a status: {line}")),
+                    code,
+                    cells[3].trim_matches('`').to_string(),
+                    cells[4..].join(" | "),
+                )
+            })
+            .collect()
+    }
+
+    fn counted_as(e: &ProxyError) -> String {
+        match e.counted() {
+            (Counted::Http, reason) => format!("reason={reason}"),
+            (Counted::Call, outcome) => format!("outcome={outcome}"),
+        }
+    }
+
+    fn matches(e: &ProxyError, row: &Row) -> bool {
+        row.0 == e.status().as_u16() && row.1 == e.code() && row.2 == counted_as(e)
+    }
+
     #[test]
-    fn error_table() {
-        let refused = ProxyError::Refused {
-            method: "info.getNodeID".into(),
-            reason: "node-specific methods need an admin key",
-        };
-        assert_eq!((refused.code(), refused.status()), (-32601, StatusCode::OK));
-        assert!(refused.to_string().contains("info.getNodeID"));
-        let e = ProxyError::NoHealthyUpstream;
+    fn every_answer_is_in_the_readme_table() {
+        let rows = readme_rows();
+        for e in every_variant() {
+            assert!(
+                rows.iter().any(|row| matches(&e, row)),
+                "no README row says {} / {:?} / {} for {e:?}",
+                e.status().as_u16(),
+                e.code(),
+                counted_as(&e)
+            );
+        }
+        for row in &rows {
+            assert!(
+                every_variant().iter().any(|e| matches(e, row)),
+                "the README's row {row:?} matches no answer snowgate makes"
+            );
+        }
+    }
+
+    #[test]
+    fn node_worded_answers_are_text_and_the_rest_json() {
+        for e in every_variant() {
+            let r = e.response(Some(b"7"));
+            let content_type = r.headers()[header::CONTENT_TYPE].to_str().unwrap_or("");
+            let body = r.body().to_bytes();
+            match e.code() {
+                None => assert!(content_type.starts_with("text/plain"), "{e:?}"),
+                Some(code) => {
+                    let v: serde_json::Value =
+                        serde_json::from_slice(&body).expect("a JSON-RPC error");
+                    assert_eq!(v["error"]["code"], code, "{e:?}");
+                    assert_eq!(v["error"]["message"], e.to_string(), "{e:?}");
+                    assert_eq!(v["id"], 7, "{e:?}");
+                }
+            }
+        }
         assert_eq!(
-            (e.code(), e.status()),
-            (-32603, StatusCode::SERVICE_UNAVAILABLE)
+            &ProxyError::NotFound.body(None)[..],
+            b"404 page not found\n"
+        );
+        let post = ProxyError::PostRequired(http::Method::GET).body(None);
+        assert_eq!(&post[..], b"rpc: POST method required, received GET");
+        let limited = ProxyError::RateLimited {
+            retry_after_secs: 3,
+        }
+        .response(None);
+        assert_eq!(limited.headers()[header::RETRY_AFTER], "3");
+        let timeout = ProxyError::BodyTimeout(std::time::Duration::from_secs(1)).response(None);
+        assert_eq!(timeout.headers()[header::CONNECTION], "close");
+    }
+
+    #[test]
+    fn blame_sets_the_log_level() {
+        assert_eq!(
+            ProxyError::EmptyBatch.blame().log_level(),
+            tracing::Level::DEBUG
         );
         let e = ProxyError::UpstreamTimeout {
             upstream: "a".into(),
         };
-        assert_eq!(
-            (e.code(), e.status()),
-            (-32603, StatusCode::GATEWAY_TIMEOUT)
-        );
-        let e = ProxyError::BadUpstreamAnswer {
-            upstream: "a".into(),
-            detail: "x".into(),
-        };
-        assert_eq!((e.code(), e.status()), (-32603, StatusCode::BAD_GATEWAY));
-        let body = String::from_utf8(e.body(Some(b"\"abc\""))).unwrap();
-        assert!(body.ends_with(",\"id\":\"abc\"}\n"), "{body}");
+        assert_eq!(e.blame().log_level(), tracing::Level::WARN);
+        assert_eq!(ProxyError::NoHealthyUpstream.blame(), Blame::Proxy);
     }
 }

@@ -1,30 +1,38 @@
 //! Assembling a running gateway from a [`Config`]: the pool and its health checks, the stack, the
-//! front, the server. Tests, `snowgate serve` and `snowgate demo` all start it through here.
+//! server. Tests, `snowgate serve` and `snowgate demo` all start it through here.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 
 use crate::cache::AnswerCache;
+use crate::call::BestHeight;
 use crate::config::Config;
-use crate::front::Front;
+use crate::http::admin::Admin;
+use crate::http::decode::Decoding;
+use crate::http::request_id::RequestIdLayer;
+use crate::http::router::Routes;
 use crate::methods::Registry;
-use crate::metrics::Metrics;
+use crate::metrics::{CounterTable, Metrics, OUTCOMES};
 use crate::policy::AdminKeys;
 use crate::ratelimit::Limiter;
+use crate::stack::{SharedRpc, Stack};
 use crate::upstream::Pool;
 
-/// A running gateway. Dropping it does not stop it; call [`Gateway::shutdown`].
+/// A running gateway. Stop it with [`Gateway::shutdown`] (drain grace, then drain); dropping it
+/// stops accepting and drains the connections without the grace, in the background.
 pub struct Gateway {
     addr: SocketAddr,
     pool: Arc<Pool>,
     cache: Option<Arc<AnswerCache>>,
     metrics: Metrics,
     limiter: Option<Arc<Limiter>>,
-    draining: Arc<std::sync::atomic::AtomicBool>,
-    drain_grace: std::time::Duration,
+    draining: Arc<AtomicBool>,
+    drain_grace: Duration,
     stop: watch::Sender<bool>,
     done: tokio::task::JoinHandle<()>,
 }
@@ -32,7 +40,10 @@ pub struct Gateway {
 impl Gateway {
     /// Binds `config.server.listen` and starts serving.
     pub async fn start(config: Config) -> anyhow::Result<Gateway> {
-        let listener = TcpListener::bind(config.server.listen).await?;
+        let listen = config.server.listen;
+        let listener = TcpListener::bind(listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {listen} (`server.listen`): {e}"))?;
         Gateway::start_on(config, listener).await
     }
 
@@ -41,13 +52,14 @@ impl Gateway {
         let addr = listener.local_addr()?;
         let (stop, stop_rx) = watch::channel(false);
         let parts = assemble(&config, Some(stop_rx.clone())).await?;
-        let mut stop_rx2 = stop_rx;
+        let mut stopped = stop_rx;
         let shutdown = async move {
-            let _ = stop_rx2.wait_for(|v| *v).await;
+            // Also ends when the sender is dropped with the gateway.
+            let _ = stopped.wait_for(|v| *v).await;
         };
         let done = tokio::spawn(crate::server::run(
             listener,
-            parts.front,
+            parts.stack,
             config.limits.clone(),
             config.rate_limit.trusted_proxies.clone(),
             shutdown,
@@ -99,8 +111,7 @@ impl Gateway {
     /// Stops accepting, drains requests in flight (`/ext/health` answers 503 meanwhile, and
     /// connections close after their answer), stops the health checks.
     pub async fn shutdown(self) {
-        self.draining
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.draining.store(true, Ordering::Relaxed);
         if !self.drain_grace.is_zero() {
             tracing::info!(grace = ?self.drain_grace, "draining: /ext/health answers 503");
             tokio::time::sleep(self.drain_grace).await;
@@ -108,27 +119,22 @@ impl Gateway {
         let _ = self.stop.send(true);
         let _ = self.done.await;
     }
-
-    /// Runs until the returned future of `stop` resolves.
-    pub async fn wait(self) {
-        let _ = self.done.await;
-    }
 }
 
 /// The parts of a gateway, assembled without a listener (the server, tests and benchmarks share
 /// this one recipe).
 pub struct Parts {
-    pub front: Arc<Front>,
+    pub stack: Arc<Stack>,
     pub pool: Arc<Pool>,
     pub cache: Option<Arc<AnswerCache>>,
     pub limiter: Option<Arc<Limiter>>,
     pub metrics: Metrics,
-    pub draining: Arc<std::sync::atomic::AtomicBool>,
+    pub draining: Arc<AtomicBool>,
 }
 
 /// Validates `config` and builds the pool (one round of health checks done, so the first requests
-/// find healthy nodes), the cache, the rate limiter, the stack and the front. With `background`,
-/// the periodic health checks and the limiter's pruning run until it flips to true.
+/// find healthy nodes), the cache, the rate limiter and the stack. With `background`, the periodic
+/// health checks and the limiter's pruning run until it flips to true.
 pub async fn assemble(
     config: &Config,
     background: Option<watch::Receiver<bool>>,
@@ -150,10 +156,10 @@ pub async fn assemble(
     let first_round = (0..pool.upstreams().len()).map(|i| pool.check_once(i));
     futures_util::future::join_all(first_round).await;
     let registry = Registry::with_overrides(&config.methods);
-    let cache = config
-        .cache
-        .enabled
-        .then(|| AnswerCache::new(&config.cache, pool.clone(), &metrics, registry.len()));
+    let cache = config.cache.enabled.then(|| {
+        let best: Arc<dyn BestHeight> = pool.clone();
+        AnswerCache::new(&config.cache, best, &metrics, registry.len())
+    });
     let limiter = config
         .rate_limit
         .enabled
@@ -164,26 +170,46 @@ pub async fn assemble(
             l.spawn_pruner(stop);
         }
     }
-    let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let front = Arc::new(Front {
+    let draining = Arc::new(AtomicBool::new(false));
+    let body_room = Arc::new(Semaphore::new(config.limits.total_body_bytes));
+    let keys = AdminKeys::new(&config.admin.api_keys);
+    let admin = Admin {
         registry: registry.clone(),
-        admin: AdminKeys::new(&config.admin.api_keys),
-        rpc: crate::stack::rpc_stack(pool.clone(), cache.clone(), limiter.clone()),
-        cache: cache.clone(),
-        limiter: limiter.clone(),
+        keys: keys.clone(),
         pool: pool.clone(),
-        requests: crate::metrics::CounterTable::new(
-            metrics.requests.clone(),
-            registry.len() + 1,
-            crate::metrics::OUTCOMES,
-        ),
+        cache: cache.clone(),
+        metrics: metrics.clone(),
+        draining: draining.clone(),
+        body_room: body_room.clone(),
+        total_body_bytes: config.limits.total_body_bytes,
+    };
+    let routes = Routes {
+        admin,
+        keys,
+        limiter: limiter.clone(),
         metrics: metrics.clone(),
         limits: config.limits.clone(),
+        body_room,
+    };
+    let decoding = Decoding {
+        requests: CounterTable::new(metrics.requests.clone(), registry.len() + 1, OUTCOMES),
+        registry,
+        limits: config.limits.clone(),
+        limiter: limiter.clone(),
+    };
+    let stack = Arc::new(Stack {
+        request_ids: RequestIdLayer::new(),
         draining: draining.clone(),
-        body_room: tokio::sync::Semaphore::new(config.limits.total_body_bytes),
+        routes: Arc::new(routes),
+        decoding: Arc::new(decoding),
+        rpc: SharedRpc::new(crate::stack::rpc(
+            pool.clone(),
+            cache.clone(),
+            limiter.clone(),
+        )),
     });
     Ok(Parts {
-        front,
+        stack,
         pool,
         cache,
         limiter,

@@ -48,18 +48,11 @@ impl Family {
     }
 }
 
-/// The P-chain's five routes, all served identically by a node.
-pub const P_CHAIN_PATHS: [&str; 5] = [
-    "/ext/bc/P",
-    "/ext/P",
-    "/ext/platform",
-    "/ext/bc/platform",
-    "/ext/bc/11111111111111111111111111111111LpoYY",
-];
+pub use crate::jsonrpc::http::{INFO_PATH, P_CHAIN_PATHS};
 
 /// The family served at an HTTP path, if any.
 pub fn family_for_path(path: &str) -> Option<Family> {
-    if path == "/ext/info" {
+    if path == INFO_PATH {
         Some(Family::Info)
     } else if P_CHAIN_PATHS.contains(&path) {
         Some(Family::Platform)

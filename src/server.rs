@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::task::AtomicWaker;
 use http::header;
-use http::{HeaderValue, Request, Response};
+use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
@@ -43,15 +43,12 @@ use tokio::io::AsyncWriteExt;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
-use tower::{Layer, Service, ServiceExt};
-use tower_http::compression::predicate::SizeAbove;
-use tower_http::compression::{CompressionBody, CompressionLayer};
-use tracing::Instrument;
+use tower::{Service, ServiceExt};
 
-use crate::body::Chunks;
 use crate::config::LimitsConfig;
 use crate::error::ProxyError;
-use crate::front::{ConnInfo, Front, X_REQUEST_ID};
+use crate::http::ConnInfo;
+use crate::stack::Stack;
 
 /// HTTP/2: streams one connection may have open at once (hyper's default is 200). With the
 /// windows below, what one connection can make snowgate hold is a few MiB.
@@ -60,42 +57,6 @@ pub const H2_MAX_STREAMS: u32 = 64;
 pub const H2_STREAM_WINDOW: u32 = 256 * 1024;
 /// HTTP/2: the receive window of one connection, all its streams together.
 pub const H2_CONN_WINDOW: u32 = 1024 * 1024;
-
-/// Request ids: a per-process counter in hex, short and unique enough to grep logs by.
-#[derive(Clone, Default)]
-struct Counter(Arc<AtomicU64>);
-
-impl Counter {
-    fn next(&self) -> HeaderValue {
-        let n = self.0.fetch_add(1, Ordering::Relaxed);
-        // Formatted by hand: `format!` costs an allocation more, per request.
-        let mut buf = [0u8; 16];
-        let mut at = buf.len();
-        let mut rest = n;
-        loop {
-            at -= 1;
-            buf[at] = b"0123456789abcdef"[(rest & 0xf) as usize];
-            rest >>= 4;
-            if rest == 0 {
-                break;
-            }
-        }
-        HeaderValue::from_bytes(&buf[at..]).unwrap_or(HeaderValue::from_static("-"))
-    }
-}
-
-/// The longest client request id kept.
-const MAX_REQUEST_ID: usize = 128;
-
-/// A client's `x-request-id` is kept only when it is a short token (letters, digits, `-_.:`, at
-/// most 128 bytes): enough for UUIDs, trace ids and the like, and nothing that can forge a log field.
-fn is_request_id_token(id: &[u8]) -> bool {
-    !id.is_empty()
-        && id.len() <= MAX_REQUEST_ID
-        && id
-            .iter()
-            .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
-}
 
 /// What a connection's watchdog needs to know, kept up to date by the connection's requests at
 /// the cost of a few relaxed atomics per request (no timer is armed per request).
@@ -453,19 +414,18 @@ async fn watchdog(
     activity.close();
 }
 
-/// Serves `front` on `listener` until `shutdown` completes, then drains for at most `drain`:
+/// Serves `stack` on `listener` until `shutdown` completes, then drains for at most `drain`:
 /// connections finish the requests they have in flight and close; the rest are cut at the deadline.
 ///
 /// `trusted` are the proxies (`rate_limit.trusted_proxies`) exempt from `max_connections_per_ip`.
 pub async fn run(
     listener: TcpListener,
-    front: Arc<Front>,
+    stack: Arc<Stack>,
     limits: LimitsConfig,
     trusted: Vec<IpNet>,
     shutdown: impl Future<Output = ()>,
     drain: Duration,
 ) {
-    let ids = Counter::default();
     // The answers to connections over a limit, written before hyper serves them.
     let too_many = Arc::new(ProxyError::ConnectionLimit { per_address: false }.raw_http1());
     let too_many_here = Arc::new(ProxyError::ConnectionLimit { per_address: true }.raw_http1());
@@ -522,11 +482,7 @@ pub async fn run(
         let (permit, ip_slot) = match refusal {
             Ok(admitted) => admitted,
             Err(answer) => {
-                front
-                    .metrics
-                    .http_rejections
-                    .with_label_values(&["connection_limit"])
-                    .inc();
+                stack.count_rejection(&ProxyError::ConnectionLimit { per_address: false });
                 tokio::spawn(async move {
                     // Bounded: a client that does not read cannot keep this task.
                     let write = async {
@@ -540,8 +496,8 @@ pub async fn run(
         };
         let _ = stream.set_nodelay(true);
         let activity = Arc::new(Activity::new());
-        let conn_info = Arc::new(ConnInfo::new(peer, &limits));
-        let service = http_service(front.clone(), conn_info, ids.clone(), activity.clone());
+        let conn_info = Arc::new(ConnInfo::new(peer, limits.connection_body_bytes));
+        let service = connection_service(&stack, conn_info, activity.clone());
         let builder = builder.clone();
         let watching = tokio::spawn(watchdog(
             activity.clone(),
@@ -599,100 +555,48 @@ pub async fn run(
     }
 }
 
-/// The response body: the front's chunks as they are, or gzip-compressed for a client that accepts
-/// it, counted outstanding until taken. An enum rather than a boxed trait object: no allocation
-/// per response.
-pub type Body = Tracked<http_body_util::Either<Chunks, CompressionBody<Chunks>>>;
+/// The response body: the stack's, counted outstanding until hyper has taken it.
+pub type Body = Tracked<crate::http::compress::Body>;
 
-/// The HTTP layers around the front, built per connection (cloned per request: three `Arc`s).
-///
-/// Written as one service rather than a stack of tower-http layers: request id, trace span and
-/// compression are each a few lines here, and a hit's answer no longer passes through four
-/// wrapper futures, two header copies and a boxed body (about a tenth of a hit's CPU).
-/// * request id: the client's `x-request-id` is kept, or one is made; the answer carries it and
-///   every log line of the request has it as `request_id`;
-/// * trace: one span per request at debug level, and a debug event with status and latency;
-/// * compression: tower-http's gzip layer, only for requests that send `Accept-Encoding`
-///   (answers under 1 KiB are not worth the CPU).
-fn http_service(
-    front: Arc<Front>,
+/// The stack of one connection, with the connection's bookkeeping around each request: requests
+/// in flight and the end of the last one (for the idle and header timeouts), HTTP/2 seen, the
+/// answers not yet taken (for `send_timeout`), and an answer that asks its connection to close.
+fn connection_service(
+    stack: &Stack,
     conn: Arc<ConnInfo>,
-    ids: Counter,
     activity: Arc<Activity>,
 ) -> impl Service<Request<Incoming>, Response = Response<Body>, Error = Infallible, Future = impl Send>
        + Clone
        + Send
        + 'static {
-    let answers = activity.clone();
-    let handler = tower::service_fn(move |req: Request<Incoming>| {
-        let front = front.clone();
-        let conn = conn.clone();
+    let http = stack.http::<Incoming>(conn);
+    tower::service_fn(move |req: Request<Incoming>| {
         let activity = activity.clone();
+        activity.in_flight.fetch_add(1, Ordering::Relaxed);
+        activity.requests.fetch_add(1, Ordering::Relaxed);
+        if req.version() == http::Version::HTTP_2 {
+            activity.http2.store(true, Ordering::Relaxed);
+        }
+        let answer = http.clone().oneshot(req);
         async move {
-            activity.in_flight.fetch_add(1, Ordering::Relaxed);
-            activity.requests.fetch_add(1, Ordering::Relaxed);
-            if req.version() == http::Version::HTTP_2 {
-                activity.http2.store(true, Ordering::Relaxed);
-            }
-            // Boxed: the front's future is a few KiB, and hyper and the compression layer would
-            // otherwise move it by value several times per request.
-            let response = Box::pin(front.handle(req, &conn)).await;
+            let mut response = answer.await.unwrap_or_else(|never| match never {});
             activity.last_ms.store(activity.now_ms(), Ordering::Relaxed);
             activity.in_flight.fetch_sub(1, Ordering::Relaxed);
-            Ok::<_, Infallible>(response)
-        }
-    });
-    let gzip = CompressionLayer::new()
-        .gzip(true)
-        .compress_when(SizeAbove::new(1024));
-    tower::service_fn(move |mut req: Request<Incoming>| {
-        let id = match req.headers().get(X_REQUEST_ID) {
-            Some(id) if is_request_id_token(id.as_bytes()) => id.clone(),
-            _ => {
-                // None, or something that is not a short token: ours replaces it, so nothing a
-                // client wrote in it reaches a log line or another system.
-                let id = ids.next();
-                req.headers_mut().insert(X_REQUEST_ID, id.clone());
-                id
-            }
-        };
-        // Client-supplied values are logged quoted (`?`): a path cannot write fake fields.
-        let span = tracing::debug_span!(
-            "request",
-            id = ?id,
-            method = ?req.method(),
-            path = ?req.uri().path()
-        );
-        let compress = req.headers().contains_key(header::ACCEPT_ENCODING);
-        let handler = handler.clone();
-        let gzip = gzip.clone();
-        let activity = answers.clone();
-        async move {
-            let started = tracing::enabled!(tracing::Level::DEBUG).then(Instant::now);
-            let mut response = if compress {
-                let r = gzip.layer(handler).oneshot(req).await;
-                r.unwrap_or_else(|never| match never {})
-                    .map(http_body_util::Either::Right)
-            } else {
-                let r = handler.oneshot(req).await;
-                r.unwrap_or_else(|never| match never {})
-                    .map(http_body_util::Either::Left)
-            };
-            response.headers_mut().insert(X_REQUEST_ID, id);
-            if response.headers().get(header::CONNECTION).is_some_and(|v| v == "close") {
-                // The front wants this connection closed after this answer (a body that timed
-                // out): HTTP/1.1 closes by the header, HTTP/2 (where it is not allowed) by GOAWAY.
+            if response
+                .headers()
+                .get(header::CONNECTION)
+                .is_some_and(|v| v == "close")
+            {
+                // The stack wants this connection closed after this answer (a body that timed
+                // out, a drain): HTTP/1.1 closes by the header, HTTP/2 (where it is not allowed)
+                // by GOAWAY.
                 if activity.http2.load(Ordering::Relaxed) {
                     response.headers_mut().remove(header::CONNECTION);
                 }
                 activity.close();
             }
-            if let Some(started) = started {
-                tracing::debug!(status = response.status().as_u16(), latency = ?started.elapsed(), "answered");
-            }
             Ok::<_, Infallible>(response.map(|body| Tracked::new(body, activity)))
         }
-        .instrument(span)
     })
 }
 
@@ -717,21 +621,5 @@ mod tests {
         o.end(c);
         assert_eq!((o.oldest(), o.started.len()), (None, 0));
         assert_eq!(o.begin(40), c + 1);
-    }
-
-    #[test]
-    fn request_ids_are_short_tokens_only() {
-        assert!(is_request_id_token(b"0190c3e4-7b1a-7f00-8000-0123456789ab"));
-        assert!(is_request_id_token(b"trace:1.2_3"));
-        for bad in [
-            &b""[..],
-            b"a b",
-            b"a=b",
-            b"a\"b",
-            &[b'a'; 129][..],
-            "é".as_bytes(),
-        ] {
-            assert!(!is_request_id_token(bad), "{bad:?}");
-        }
     }
 }

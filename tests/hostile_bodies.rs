@@ -246,7 +246,7 @@ fn invalid_utf8_inflation_is_counted_before_the_body_is_built() {
             admin: false,
             pin: None,
             ip: [127, 0, 0, 1].into(),
-            client: snowgate::ratelimit::ClientId::Ip([127, 0, 0, 1].into()),
+            client: snowgate::call::ClientId::Ip([127, 0, 0, 1].into()),
             request_id: None,
         },
         route_min_height: None,

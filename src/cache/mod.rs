@@ -50,11 +50,10 @@ use serde::Deserialize;
 use tower::{Layer, Service, ServiceExt};
 use tracing::Instrument;
 
-use crate::call::{Answer, AnswerKind, CacheStatus, RpcCall};
+use crate::call::{Answer, AnswerKind, BestHeight, CacheStatus, HitProbe, RpcCall};
 use crate::error::ProxyError;
 use crate::methods::CacheClass;
 use crate::metrics::Metrics;
-use crate::upstream::Pool;
 use rules::Ttls;
 
 /// `[cache]` in the config.
@@ -304,16 +303,16 @@ pub struct AnswerCache {
     /// The fingerprint's keyed hash.
     hasher: RandomState,
     ttls: Ttls,
-    pool: Arc<Pool>,
+    best: Arc<dyn BestHeight>,
     metrics: CacheMetrics,
 }
 
 impl AnswerCache {
-    /// Builds the store; `pool` tells the best height (head-class keys) and node heights.
+    /// Builds the store; `best` tells the pool's best height (head-class keys).
     /// `methods` is the size of the method registry (for the per-method counters).
     pub fn new(
         config: &CacheConfig,
-        pool: Arc<Pool>,
+        best: Arc<dyn BestHeight>,
         metrics: &Metrics,
         methods: usize,
     ) -> Arc<AnswerCache> {
@@ -349,7 +348,7 @@ impl AnswerCache {
                 network: config.network_ttl,
                 volatile: config.volatile_ttl,
             },
-            pool,
+            best,
             metrics,
         })
     }
@@ -425,17 +424,21 @@ impl AnswerCache {
         }
         k
     }
+}
 
+impl HitProbe for AnswerCache {
     /// Would this call be answered from the cache right now? (For the rate limiter's price.)
-    pub fn would_hit(&self, call: &RpcCall) -> bool {
+    fn would_hit(&self, call: &RpcCall) -> bool {
         if call.caller.pin.is_some() || !rules::cacheable_request(call) {
             return false;
         }
-        let head = (call.spec.cache == CacheClass::Head).then(|| self.pool.best_height());
+        let head = (call.spec.cache == CacheClass::Head).then(|| self.best.best_height());
         let fingerprint = self.fingerprint(&self.key(call, head));
         self.index.contains_key(&fingerprint) || self.store.contains_key(&fingerprint)
     }
+}
 
+impl AnswerCache {
     fn fingerprint(&self, key: &str) -> Fingerprint {
         self.hasher.hash_one(key)
     }
@@ -523,7 +526,7 @@ where
             return Either::Left(Either::Left(bypassed));
         }
         let cache = &self.cache;
-        let head = (call.spec.cache == CacheClass::Head).then(|| cache.pool.best_height());
+        let head = (call.spec.cache == CacheClass::Head).then(|| cache.best.best_height());
         if let Some(h) = head {
             // Ask a node that has reached the height the entry will belong to.
             call.route_min_height = Some(h);

@@ -95,7 +95,7 @@ mod tests {
                 admin: false,
                 pin: None,
                 ip: [127, 0, 0, 1].into(),
-                client: crate::ratelimit::ClientId::Ip([127, 0, 0, 1].into()),
+                client: crate::call::ClientId::Ip([127, 0, 0, 1].into()),
                 request_id: None,
             },
             route_min_height: None,

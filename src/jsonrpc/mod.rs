@@ -5,10 +5,12 @@
 //! * [`envelope`]: the request envelope decoded with a node's rules, plus the ambiguity check the
 //!   gateway uses to refuse envelopes a node could read differently.
 //! * [`names`]: avalanchego's method-name mapping (`platform.getHeight` -> `platform.GetHeight`).
+//! * [`http`]: the HTTP around it: paths, text refusals and CORS, shared with the devnode.
 //! * [`response`]: answer bodies byte for byte as a node writes them.
 
 pub mod envelope;
 pub mod gojson;
+pub mod http;
 pub mod names;
 pub mod response;
 

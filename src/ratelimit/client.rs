@@ -16,15 +16,6 @@ use http::HeaderMap;
 use ipnet::IpNet;
 use serde::Deserialize;
 
-/// The identity a quota is kept for.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum ClientId {
-    /// Index of a key in `[[rate_limit.keys]]`.
-    Key(usize),
-    /// An IPv4 address or an IPv6 /64.
-    Ip(IpAddr),
-}
-
 /// The one header a trusted proxy records the client's address in (`[rate_limit]
 /// client_ip_header`). Only this header is read: falling back to another would let a client
 /// supply the one its proxy does not overwrite.

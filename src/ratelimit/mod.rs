@@ -39,13 +39,13 @@ use prometheus::{IntCounterVec, IntGauge, Opts};
 use serde::Deserialize;
 use tower::{Layer, Service};
 
-use crate::cache::AnswerCache;
 use crate::call::{Answer, RpcCall};
+use crate::call::{ClientId, HitProbe};
 use crate::error::ProxyError;
 use crate::methods::Registry;
 use crate::metrics::Metrics;
 use crate::policy::{self, KeySet};
-pub use client::{ClientId, ClientIpHeader};
+pub use client::ClientIpHeader;
 
 /// Quota units are tenths of a cost unit.
 const SCALE: f64 = 10.0;
@@ -407,11 +407,11 @@ impl Limiter {
 #[derive(Clone)]
 pub struct RateLimitLayer {
     limiter: Arc<Limiter>,
-    cache: Option<Arc<AnswerCache>>,
+    cache: Option<Arc<dyn HitProbe>>,
 }
 
 impl RateLimitLayer {
-    pub fn new(limiter: Arc<Limiter>, cache: Option<Arc<AnswerCache>>) -> RateLimitLayer {
+    pub fn new(limiter: Arc<Limiter>, cache: Option<Arc<dyn HitProbe>>) -> RateLimitLayer {
         RateLimitLayer { limiter, cache }
     }
 }
@@ -432,7 +432,7 @@ impl<S> Layer<S> for RateLimitLayer {
 pub struct RateLimit<S> {
     inner: S,
     limiter: Arc<Limiter>,
-    cache: Option<Arc<AnswerCache>>,
+    cache: Option<Arc<dyn HitProbe>>,
 }
 
 impl<S> Service<RpcCall> for RateLimit<S>

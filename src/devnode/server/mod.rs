@@ -15,7 +15,6 @@
 
 mod calls;
 mod control;
-mod cors;
 mod faults;
 mod health;
 mod hosts;
@@ -47,6 +46,7 @@ use self::routes::{HealthKind, Route, Routing};
 use self::rpc::Service;
 use super::chain::{CallError, ChainConfig, NodeIdentity, View};
 use super::{DevNodeConfig, Network};
+use crate::jsonrpc::http::{Cors, NOT_FOUND_TEXT};
 use crate::jsonrpc::Json;
 
 /// The header avalanchego sets on every answer (Go canonicalises `node-id` to `Node-Id`).
@@ -391,7 +391,7 @@ async fn handle(node: Arc<NodeState>, req: Request<Incoming>) -> Result<Resp, Dr
     let mut resp = if control::is_control(req.uri().path()) {
         // Outside the node's stack: never faulted, so a test can always clear what it set.
         let mut resp = control::serve(&Control { node: node.clone() }, req).await;
-        cors::decorate(resp.headers_mut(), false);
+        Cors::NODE.decorate(resp.headers_mut(), false);
         resp
     } else {
         match node.faults.before_request().await {
@@ -402,7 +402,7 @@ async fn handle(node: Arc<NodeState>, req: Request<Incoming>) -> Result<Resp, Dr
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "devnode: injected fault\n",
                 );
-                cors::decorate(resp.headers_mut(), false);
+                Cors::NODE.decorate(resp.headers_mut(), false);
                 resp
             }
         }
@@ -416,12 +416,14 @@ async fn handle(node: Arc<NodeState>, req: Request<Incoming>) -> Result<Resp, Dr
 /// avalanchego's handler chain after `Node-Id`: rs/cors wraps everything.
 async fn node_stack(node: &NodeState, req: Request<Incoming>) -> Resp {
     // rs/cors answers preflights itself: they never reach the host filter or the router.
-    if let Some(resp) = cors::preflight(req.method(), req.headers()) {
+    if let Some(headers) = Cors::NODE.preflight(req.method(), req.headers()) {
+        let mut resp = reply::bare(StatusCode::OK);
+        *resp.headers_mut() = headers;
         return resp;
     }
-    let allowed = cors::allows(req.method(), req.headers());
+    let allowed = Cors::NODE.allows(req.method(), req.headers());
     let mut resp = routed(node, req).await;
-    cors::decorate(resp.headers_mut(), allowed);
+    Cors::NODE.decorate(resp.headers_mut(), allowed);
     resp
 }
 
@@ -470,7 +472,7 @@ async fn routed(node: &NodeState, req: Request<Incoming>) -> Resp {
         }
     };
     match route {
-        None => reply::go_error(StatusCode::NOT_FOUND, "404 page not found\n"),
+        None => reply::go_error(StatusCode::NOT_FOUND, NOT_FOUND_TEXT),
         Some(Route::Info) => rpc::serve(node, req, Service::Info).await,
         Some(Route::Platform) if node.faults.bootstrapping() => reply::go_error(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -4,14 +4,7 @@
 
 use std::borrow::Cow;
 
-/// The P-chain's five routes (the chain ID route and its four API aliases).
-pub const P_CHAIN_PATHS: [&str; 5] = [
-    "/ext/bc/P",
-    "/ext/P",
-    "/ext/platform",
-    "/ext/bc/platform",
-    "/ext/bc/11111111111111111111111111111111LpoYY",
-];
+pub use crate::jsonrpc::http::P_CHAIN_PATHS;
 
 /// Which health checks a health route reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

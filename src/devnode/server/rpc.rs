@@ -13,6 +13,7 @@ use super::health;
 use super::reply::{self, Resp, NOSNIFF};
 use super::NodeState;
 use crate::devnode::chain::{CallError, Chain, BAD_ARGS};
+use crate::jsonrpc::http as http_rules;
 use crate::jsonrpc::{self, names, response, Json, Verdict};
 
 /// Bodies larger than this are refused (413) instead of buffered: a devnode is a test tool, not a
@@ -53,21 +54,13 @@ pub async fn serve(node: &NodeState, req: Request<Incoming>, service: Service) -
     if req.method() != Method::POST {
         return reply::rpc_error(
             StatusCode::METHOD_NOT_ALLOWED,
-            format!("rpc: POST method required, received {}", req.method()),
+            http_rules::post_required_text(req.method()),
         );
     }
     // gorilla: the part before `;`, looked up lower-cased; the message shows it as sent.
-    let content_type = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .map_or(&b""[..], |v| v.as_bytes());
-    let media = content_type
-        .split(|&b| b == b';')
-        .next()
-        .unwrap_or_default();
-    if !media.eq_ignore_ascii_case(b"application/json") {
-        let mut msg = b"rpc: unrecognized Content-Type: ".to_vec();
-        msg.extend_from_slice(media);
+    let (media, json) = http_rules::media_type(req.headers().get(header::CONTENT_TYPE));
+    if !json {
+        let msg = http_rules::unsupported_media_text(media);
         return reply::rpc_error(StatusCode::UNSUPPORTED_MEDIA_TYPE, msg);
     }
     let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {

@@ -1,0 +1,337 @@
+//! JSON-RPC over HTTP: a body that passed the router becomes one call (or a [`super::batch`] of
+//! them) for the per-call layers, and each answer is written back with the client's own id.
+//!
+//! The envelope is read with a node's rules ([`crate::jsonrpc::decode`]); a call a node would
+//! refuse, or could read differently, is refused here with the node's error and never reaches a
+//! node. Refused calls cost their caller `rate_limit.refused_cost`: reading them was work too,
+//! and a client must not be able to send unlimited garbage. The per-call rate limit layer below
+//! never sees them, so this layer charges them itself.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{header, HeaderValue, StatusCode};
+use tower::{Layer, Service, ServiceExt};
+
+use super::router::RpcRequest;
+use super::{empty, json, HttpResponse};
+use crate::body::Chunks;
+use crate::call::{Answer, AnswerKind, Caller, RpcCall};
+use crate::config::LimitsConfig;
+use crate::error::ProxyError;
+use crate::jsonrpc::{self, gojson, Verdict};
+use crate::methods::{Family, MethodSpec, Registry};
+use crate::metrics::CounterTable;
+use crate::ratelimit::Limiter;
+
+/// What a node may receive beyond `limits.body_bytes`: the envelope around the re-encoded params.
+const UPSTREAM_ENVELOPE: usize = 1024;
+
+/// `X-Cache`: HIT, MISS or BYPASS. A constant: a name given as a string is parsed, and a custom
+/// one allocated, on every insert.
+const X_CACHE: http::HeaderName = http::HeaderName::from_static("x-cache");
+
+/// What decoding shares between connections.
+pub struct Decoding {
+    pub(crate) registry: Registry,
+    pub(crate) limits: LimitsConfig,
+    /// To charge refused calls (`None` when rate limiting is off).
+    pub(crate) limiter: Option<Arc<Limiter>>,
+    /// `snowgate_requests_total`, resolved per method and outcome.
+    pub(crate) requests: CounterTable,
+}
+
+/// Decodes bodies into calls for `S`, the per-call layers.
+#[derive(Clone)]
+pub struct DecodeLayer {
+    shared: Arc<Decoding>,
+}
+
+impl DecodeLayer {
+    pub fn new(shared: Arc<Decoding>) -> DecodeLayer {
+        DecodeLayer { shared }
+    }
+}
+
+impl<S> Layer<S> for DecodeLayer {
+    type Service = Decode<S>;
+
+    fn layer(&self, inner: S) -> Decode<S> {
+        Decode {
+            inner,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// See the module doc.
+#[derive(Clone)]
+pub struct Decode<S> {
+    pub(super) inner: S,
+    pub(super) shared: Arc<Decoding>,
+}
+
+impl<S> Service<RpcRequest> for Decode<S>
+where
+    S: Service<RpcCall, Response = Answer, Error = ProxyError> + Clone + Send + Sync + 'static,
+    S::Future: Send,
+{
+    type Response = HttpResponse;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<HttpResponse, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // The per-call layers refuse per call instead of applying back-pressure.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: RpcRequest) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move { Ok(this.answer(req).await) })
+    }
+}
+
+/// What one call (single or inside a batch) comes to.
+pub(super) struct Outcome {
+    /// The JSON-RPC answer (with its trailing newline); `None` for a notification.
+    pub(super) body: Option<Chunks>,
+    pub(super) status: StatusCode,
+    pub(super) retry_after: Option<u64>,
+    pub(super) cache: Option<&'static str>,
+}
+
+impl Outcome {
+    /// The HTTP answer of a call on its own.
+    pub(super) fn into_response(self) -> HttpResponse {
+        let mut r = match self.body {
+            Some(b) => json(self.status, b),
+            None => empty(),
+        };
+        if let Some(secs) = self.retry_after {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if let Some(c) = self.cache {
+            r.headers_mut().insert(X_CACHE, HeaderValue::from_static(c));
+        }
+        r
+    }
+
+    fn silent() -> Outcome {
+        Outcome {
+            body: None,
+            status: StatusCode::OK,
+            retry_after: None,
+            cache: None,
+        }
+    }
+
+    pub(super) fn error(e: &ProxyError, id: Option<&[u8]>) -> Outcome {
+        Outcome {
+            body: Some(e.body(id).into()),
+            status: e.status(),
+            retry_after: match e {
+                ProxyError::RateLimited { retry_after_secs } => Some(*retry_after_secs),
+                _ => None,
+            },
+            cache: None,
+        }
+    }
+}
+
+impl<S> Decode<S>
+where
+    S: Service<RpcCall, Response = Answer, Error = ProxyError> + Clone + Send + Sync + 'static,
+    S::Future: Send,
+{
+    /// A JSON-RPC body: one call or a batch.
+    async fn answer(&self, req: RpcRequest) -> HttpResponse {
+        let RpcRequest {
+            family,
+            path,
+            body,
+            caller,
+        } = req;
+        let depth = self.shared.limits.depth;
+        if gojson::nesting_depth(&body) > depth {
+            let e = ProxyError::TooDeep(depth);
+            return self.refuse_whole(e, &caller).into_response();
+        }
+        let first = body.iter().find(|c| !c.is_ascii_whitespace());
+        if first == Some(&b'[') {
+            if let Ok(range) = gojson::scan_value(&body) {
+                return self.batch(family, path, &body[range], &caller).await;
+            }
+        }
+        self.one(family, path, &body, &caller, false)
+            .await
+            .into_response()
+    }
+
+    /// One call. Inside a batch, envelope errors follow JSON-RPC 2.0 (-32600 for an element that
+    /// is not a request); alone, they follow the node's catalog.
+    pub(super) async fn one(
+        &self,
+        family: Family,
+        path: &'static str,
+        raw: &[u8],
+        caller: &Caller,
+        in_batch: bool,
+    ) -> Outcome {
+        let decoded = jsonrpc::decode(raw);
+        let id = decoded.envelope.id.as_deref();
+        let registry = &self.shared.registry;
+        let spec = match decoded.verdict() {
+            Verdict::ParseError(msg) if in_batch => Err(ProxyError::NotARequest(msg)),
+            Verdict::ParseError(message) => Err(ProxyError::Parse {
+                message,
+                data: decoded.error_data(),
+            }),
+            Verdict::InvalidVersion if id.is_none() && !in_batch => {
+                // A notification with a bad version: a node answers nothing, and so do we.
+                if let Some(over) = self.charge_refused(caller, None) {
+                    return over;
+                }
+                self.count(None, "invalid_request");
+                return Outcome::silent();
+            }
+            Verdict::InvalidVersion => Err(ProxyError::InvalidVersion {
+                data: decoded.error_data(),
+            }),
+            Verdict::Call => match (&decoded.ambiguity, registry.get(&decoded.envelope.method)) {
+                (Some(why), _) => Err(ProxyError::Ambiguous(why.clone())),
+                (None, None) => Err(ProxyError::UnknownMethod {
+                    method: decoded.envelope.method.clone(),
+                }),
+                (None, Some(spec)) if spec.family != family => Err(ProxyError::WrongPath {
+                    method: decoded.envelope.method.clone(),
+                    path,
+                    expected: spec.family.canonical_path(),
+                }),
+                (None, Some(spec)) => Ok(spec.clone()),
+            },
+        };
+        let spec = match spec {
+            Ok(spec) => spec,
+            Err(e) => {
+                if let Some(over) = self.charge_refused(caller, id) {
+                    return over;
+                }
+                return self.refuse(e, None, caller, id);
+            }
+        };
+        let call = RpcCall {
+            spec,
+            params: decoded.envelope.params,
+            id: decoded.envelope.id.map(Bytes::from),
+            caller: caller.clone(),
+            route_min_height: None,
+        };
+        // What a node receives is re-encoded, never longer than the client's own bytes except
+        // for invalid UTF-8 (each stray byte is the three bytes of U+FFFD, as Go reads it): a call
+        // whose re-encoding would pass the body limit is refused. Only a body that could triple
+        // past the limit is measured.
+        let limit = self.shared.limits.body_bytes;
+        if raw.len().saturating_mul(3) > limit
+            && call.upstream_len(u64::MAX) > limit + UPSTREAM_ENVELOPE
+        {
+            let _ = self.charge_refused(caller, None);
+            let e = ProxyError::TooLargeForNode(limit);
+            return self.refuse(e, Some(&call.spec), caller, call.id.as_deref());
+        }
+        let spec = call.spec.clone();
+        let client_id = call.id.clone();
+        match self.inner.clone().oneshot(call).await {
+            Ok(answer) => {
+                let outcome = match answer.kind {
+                    AnswerKind::Result => "ok",
+                    AnswerKind::Error => "rpc_error",
+                };
+                self.count(Some(&spec), outcome);
+                Outcome {
+                    body: client_id.as_deref().map(|id| answer.chunks(Some(id))),
+                    status: StatusCode::OK,
+                    retry_after: None,
+                    cache: Some(answer.cache.header()),
+                }
+            }
+            Err(e) => {
+                if matches!(e, ProxyError::Refused { .. }) {
+                    // Refused by policy: the answer stands, the next call pays if this one
+                    // went over.
+                    let _ = self.charge_refused(caller, None);
+                }
+                self.refuse(e, Some(&spec), caller, client_id.as_deref())
+            }
+        }
+    }
+
+    /// A refusal of the whole body (too deep, a batch too long or empty): charged once, answered
+    /// without an id.
+    pub(super) fn refuse_whole(&self, e: ProxyError, caller: &Caller) -> Outcome {
+        if let Some(over) = self.charge_refused(caller, None) {
+            return over;
+        }
+        self.count(None, e.outcome());
+        Outcome::error(&e, None)
+    }
+
+    /// Charges a refused call's `refused_cost` to the caller's quota (admins excepted); over
+    /// quota, the 429 to answer instead.
+    fn charge_refused(&self, caller: &Caller, id: Option<&[u8]>) -> Option<Outcome> {
+        let limiter = self.shared.limiter.as_ref().filter(|_| !caller.admin)?;
+        let over = limiter
+            .charge(&caller.client, limiter.refused_units())
+            .err()?;
+        let e = ProxyError::RateLimited {
+            retry_after_secs: over.retry_after.as_secs_f64().ceil().max(1.0) as u64,
+        };
+        self.count(None, e.outcome());
+        Some(Outcome::error(&e, id))
+    }
+
+    /// Counts a call by method (`None`: refused before a method was known) and outcome.
+    fn count(&self, spec: Option<&MethodSpec>, outcome: &str) {
+        let registry = &self.shared.registry;
+        match spec {
+            Some(s) => self.shared.requests.inc(s.index, &[&s.name], outcome),
+            None => self.shared.requests.inc(registry.len(), &["-"], outcome),
+        }
+    }
+
+    /// Answers a call snowgate refuses or could not serve, logged at the level its blame says.
+    fn refuse(
+        &self,
+        e: ProxyError,
+        spec: Option<&MethodSpec>,
+        caller: &Caller,
+        id: Option<&[u8]>,
+    ) -> Outcome {
+        self.count(spec, e.outcome());
+        let method = spec.map_or("-", |s| s.name.as_str());
+        let request_id = caller.request_id();
+        // Quoted as a whole: the error's text can carry a client's method name.
+        match e.blame().log_level() {
+            tracing::Level::DEBUG => {
+                tracing::debug!(request_id, method, error = ?e.to_string(), "refused")
+            }
+            _ => tracing::warn!(request_id, method, error = ?e.to_string(), "call failed"),
+        }
+        let envelope = matches!(
+            e,
+            ProxyError::Parse { .. }
+                | ProxyError::InvalidVersion { .. }
+                | ProxyError::NotARequest(_)
+        );
+        if id.is_none() && e.status() == StatusCode::OK && !envelope {
+            // A notification gets no answer, as from a node (an envelope it cannot read is
+            // answered, with a null id).
+            return Outcome::silent();
+        }
+        Outcome::error(&e, id)
+    }
+}
