@@ -22,11 +22,15 @@ pub mod cache;
 pub mod call;
 pub mod cli;
 pub mod config;
+#[cfg(feature = "devnode")]
+pub mod demo;
+#[cfg(feature = "devnode")]
 pub mod devnode;
 pub mod error;
 pub mod gateway;
 pub mod http;
 pub mod jsonrpc;
+pub mod keys;
 pub mod methods;
 pub mod metrics;
 pub mod policy;

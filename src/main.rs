@@ -25,8 +25,10 @@ enum Command {
     /// Validate a config file: exits 0, or prints the offending key and exits 1.
     Check(snowgate::cli::CheckArgs),
     /// Start three simulated nodes and the gateway in front of them, ready for curl.
-    Demo(snowgate::cli::DemoArgs),
+    #[cfg(feature = "devnode")]
+    Demo(snowgate::demo::DemoArgs),
     /// Run a simulated Avalanche node.
+    #[cfg(feature = "devnode")]
     Devnode(snowgate::devnode::cli::DevnodeArgs),
 }
 
@@ -51,8 +53,10 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(async move {
         match cli.command {
             Command::Serve(args) => snowgate::cli::serve(args).await,
-            Command::Demo(args) => snowgate::cli::demo(args).await,
+            #[cfg(feature = "devnode")]
+            Command::Demo(args) => snowgate::demo::run(args).await,
             Command::Check(_) => Ok(()),
+            #[cfg(feature = "devnode")]
             Command::Devnode(args) => snowgate::devnode::cli::run(args).await,
         }
     })

@@ -1,14 +1,12 @@
 //! Who may call what. Node-specific methods (`info.getNodeID`, `info.getNodeIP`, `info.getVMs`)
 //! and keystore methods (`platform.exportKey`, `platform.listAddresses`) are refused to public
 //! callers; callers presenting `Authorization: Bearer <key>` with a key from `[admin] api_keys`
-//! may call them, and may pin a call to one upstream with `X-Snowgate-Upstream`. [`keys`] parses
-//! that header (the scheme in any case) and compares keys in constant time, for the rate-limit
+//! may call them, and may pin a call to one upstream with `X-Snowgate-Upstream`. [`crate::keys`]
+//! parses that header (the scheme in any case) and compares keys in constant time, for the rate-limit
 //! keys too.
 //!
-//! [`PolicyLayer`] sits right under the HTTP front, before anything that costs quota or touches a
+//! [`PolicyLayer`] is the first per-call layer, right under decoding, before anything that costs quota or touches a
 //! node, so a refused call never reaches an upstream whatever form it came in.
-
-pub mod keys;
 
 use std::future::{ready, Ready};
 use std::task::{Context, Poll};
@@ -18,8 +16,8 @@ use tower::{Layer, Service};
 
 use crate::call::{Answer, RpcCall};
 use crate::error::ProxyError;
+use crate::keys::{self, KeySet};
 use crate::methods::Access;
-pub use keys::KeySet;
 
 /// The pure rule: may this caller make this call?
 pub fn check(call: &RpcCall) -> Result<(), ProxyError> {

@@ -4,7 +4,7 @@
 //! * Clients presenting a key from `[[rate_limit.keys]]` (`Authorization: Bearer`, `X-Api-Key` or
 //!   `rlToken`, the header `@avalanche-sdk/client` sends) get that key's own quota; everyone else is
 //!   limited per IP ([`client::client_ip`]). Keys are parsed and compared as the admin keys are
-//!   ([`policy::keys`]). Admin callers are not limited.
+//!   ([`crate::keys`]). Admin callers are not limited.
 //! * Each call costs its method's `cost` from the registry; a cache hit costs `cost ×
 //!   cached_cost_factor`. Quotas are kept in tenths of a unit so fractional costs are exact enough.
 //! * A call snowgate refuses itself (unparsable, unknown method, not allowed, over the batch or
@@ -42,9 +42,9 @@ use tower::{Layer, Service};
 use crate::call::{Answer, RpcCall};
 use crate::call::{ClientId, HitProbe};
 use crate::error::ProxyError;
+use crate::keys::{self, KeySet};
 use crate::methods::Registry;
 use crate::metrics::Metrics;
-use crate::policy::{self, KeySet};
 pub use client::ClientIpHeader;
 
 /// Quota units are tenths of a cost unit.
@@ -276,7 +276,7 @@ impl Limiter {
         let presented = [
             headers
                 .get(http::header::AUTHORIZATION)
-                .and_then(|v| policy::keys::bearer(v.as_bytes())),
+                .and_then(|v| keys::bearer(v.as_bytes())),
             headers.get("x-api-key").map(|v| v.as_bytes()),
             headers.get("rltoken").map(|v| v.as_bytes()),
         ];

@@ -1,5 +1,5 @@
 //! Secret keys that clients present: the one parser for `Authorization: Bearer <key>` and the one
-//! comparison, shared by the admin keys ([`super::AdminKeys`]) and the rate-limit keys
+//! comparison, shared by the admin keys ([`crate::policy::AdminKeys`]) and the rate-limit keys
 //! (`ratelimit::Limiter::identify`), so the two cannot drift apart.
 //!
 //! Keys are held as SHA-256 digests and compared with `subtle` in constant time: the digests have
