@@ -224,6 +224,33 @@ impl Answer {
     }
 }
 
+/// Calls for the unit tests of the layers.
+#[cfg(test)]
+impl RpcCall {
+    /// A call of a registered `method` with `params` (JSON), from 127.0.0.1, admin or not.
+    pub(crate) fn for_test(
+        registry: &crate::methods::Registry,
+        method: &str,
+        params: &str,
+        admin: bool,
+    ) -> RpcCall {
+        let ip: IpAddr = [127, 0, 0, 1].into();
+        RpcCall {
+            spec: registry.get(method).expect("a registered method").clone(),
+            params: Json::parse(params.as_bytes()).ok(),
+            id: Some(Bytes::from_static(b"1")),
+            caller: Caller {
+                admin,
+                pin: None,
+                ip,
+                client: ClientId::Ip(ip),
+                request_id: None,
+            },
+            route_min_height: None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

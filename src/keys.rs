@@ -75,11 +75,6 @@ impl KeySet {
     pub fn len(&self) -> usize {
         self.digests.len()
     }
-
-    /// Holds no key at all.
-    pub fn is_empty(&self) -> bool {
-        self.digests.is_empty()
-    }
 }
 
 fn digest(key: &[u8]) -> [u8; 32] {

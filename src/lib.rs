@@ -1,21 +1,35 @@
 //! snowgate: a caching, load-balancing JSON-RPC gateway in front of Avalanche nodes.
 //!
-//! The request path, outermost first:
+//! The request path, outermost first (composed in one place, [`stack`]):
 //!
-//! 1. [`server`] accepts HTTP/1.1 and cleartext HTTP/2 connections (hyper-util), bounded per
-//!    client address, in time (headers, idle, answers the client does not take) and in HTTP/2
-//!    streams; [`front`] reads each body within its time and the connection's and gateway's room;
-//!    answers go back as [`body::Chunks`], large ones shared rather than copied per client.
-//! 2. [`jsonrpc`] reads the envelope with a node's rules and refuses what a node could read
-//!    differently; the client's id is kept as raw bytes.
-//! 3. [`policy`] and [`methods`] decide whether the caller may call the method at that path.
-//! 4. [`ratelimit`] charges the caller's quota; [`cache`] answers hits from memory (moka, with a
-//!    read index for immutable answers) and collapses identical misses into one upstream call.
-//! 5. [`upstream`] picks a healthy node (health checks, power of two choices over peak-EWMA),
-//!    re-encodes the call with its own id, sends it over its own keep-alive HTTP/1.1 client and
-//!    checks the answer.
+//! 1. [`server`] accepts HTTP/1.1 and cleartext HTTP/2 connections, bounded per client address,
+//!    in time and in HTTP/2 streams, and drains them on shutdown;
+//! 2. [`http`]: request id, trace, CORS as a node answers it, drain, compression, then the router
+//!    (the node's 404/405/415, the body within its limits, snowgate's own endpoints) and the
+//!    decoding of the JSON-RPC envelope (or a batch) into calls, with the node's rules
+//!    ([`jsonrpc`]);
+//! 3. per call: [`policy`] (who may call what), [`ratelimit`] (the caller's quota), [`cache`]
+//!    (answers by finality, identical misses coalesced), [`upstream`] (a healthy node, its answer
+//!    checked).
 //!
-//! [`devnode`] is the simulated avalanchego that tests, benchmarks and the demo run against.
+//! The modules read bottom-up, and none imports one above it or beside it (`tests/layers.rs`):
+//!
+//! * leaves, the vocabulary: [`jsonrpc`], [`body`], [`methods`], [`keys`], [`error`], [`call`],
+//!   [`config`], [`metrics`];
+//! * the per-call layers, independent of each other: [`policy`], [`ratelimit`], [`cache`],
+//!   [`upstream`];
+//! * [`http`], then [`stack`], then [`server`] and [`gateway`] (assembling a running gateway from
+//!   a config), then the command line ([`cli`], [`demo`]).
+//!
+//! [`devnode`] (the `devnode` feature, on by default) is the simulated avalanchego that tests,
+//! benchmarks and the demo run against. It speaks the node's wire through [`jsonrpc`] and nothing
+//! else of the gateway; nothing of the gateway imports it.
+//!
+//! The library's API is what the binary, the tests and the benchmarks use: [`Gateway`] and
+//! [`gateway::assemble`], [`Config`] and its sections, [`stack::Stack`] with [`http::ConnInfo`]
+//! (one connection's stack, in process), the [`jsonrpc`] wire, the [`methods`] registry, the
+//! [`call`] types, [`cache::key`], [`upstream::conn`] (the node client, tested on its own), the
+//! [`devnode`], and the subcommands ([`cli`], [`demo`]). The rest is `pub(crate)`.
 
 pub mod body;
 pub mod cache;
@@ -30,12 +44,12 @@ pub mod error;
 pub mod gateway;
 pub mod http;
 pub mod jsonrpc;
-pub mod keys;
+pub(crate) mod keys;
 pub mod methods;
 pub mod metrics;
-pub mod policy;
+pub(crate) mod policy;
 pub mod ratelimit;
-pub mod server;
+pub(crate) mod server;
 pub mod stack;
 pub mod upstream;
 

@@ -38,14 +38,6 @@ impl Family {
             Family::Platform => "/ext/bc/P",
         }
     }
-
-    /// Short label for metrics and logs.
-    pub fn label(self) -> &'static str {
-        match self {
-            Family::Info => "info",
-            Family::Platform => "platform",
-        }
-    }
 }
 
 pub use crate::jsonrpc::http::{INFO_PATH, P_CHAIN_PATHS};

@@ -335,3 +335,180 @@ where
         Outcome::error(&e, id)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::call::{CacheStatus, ClientId};
+    use crate::metrics::{Metrics, OUTCOMES};
+    use http_body_util::BodyExt;
+    use std::sync::Mutex;
+
+    /// A scripted per-call stack: answers every call with its method name, recording the calls.
+    #[allow(clippy::type_complexity)] // a test double: the log and the service
+    fn scripted() -> (
+        Arc<Mutex<Vec<String>>>,
+        impl Service<
+                RpcCall,
+                Response = Answer,
+                Error = ProxyError,
+                Future = impl Future<Output = Result<Answer, ProxyError>> + Send,
+            > + Clone
+            + Send
+            + Sync
+            + 'static,
+    ) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let inner = tower::service_fn(move |call: RpcCall| {
+            if let Ok(mut l) = log.lock() {
+                l.push(call.spec.name.clone());
+            }
+            let payload = Bytes::from(format!("\"{}\"", call.spec.name));
+            async move {
+                Ok::<_, ProxyError>(Answer {
+                    kind: AnswerKind::Result,
+                    payload,
+                    upstream: None,
+                    upstream_height: None,
+                    cache: CacheStatus::Miss,
+                })
+            }
+        });
+        (seen, inner)
+    }
+
+    fn decode<S>(inner: S, limits: LimitsConfig) -> Decode<S> {
+        let registry = Registry::builtin();
+        let metrics = Metrics::new();
+        let shared = Decoding {
+            requests: CounterTable::new(metrics.requests.clone(), registry.len() + 1, OUTCOMES),
+            registry,
+            limits,
+            limiter: None,
+        };
+        DecodeLayer::new(Arc::new(shared)).layer(inner)
+    }
+
+    async fn answer<S>(d: &Decode<S>, body: &str) -> (u16, String)
+    where
+        S: Service<RpcCall, Response = Answer, Error = ProxyError> + Clone + Send + Sync + 'static,
+        S::Future: Send,
+    {
+        let ip = [127, 0, 0, 1].into();
+        let req = RpcRequest {
+            family: Family::Platform,
+            path: "/ext/bc/P",
+            body: Bytes::copy_from_slice(body.as_bytes()),
+            caller: Caller {
+                admin: false,
+                pin: None,
+                ip,
+                client: ClientId::Ip(ip),
+                request_id: None,
+            },
+        };
+        let r = d.clone().oneshot(req).await.unwrap_or_else(|e| match e {});
+        let status = r.status().as_u16();
+        let body = r
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test]
+    async fn a_call_goes_down_and_comes_back_with_the_clients_id() {
+        let (seen, inner) = scripted();
+        let d = decode(inner, LimitsConfig::default());
+        let (status, body) = answer(
+            &d,
+            r#"{"jsonrpc":"2.0","id":{"a":[1,2]},"method":"platform.getHeight"}"#,
+        )
+        .await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            body,
+            "{\"jsonrpc\":\"2.0\",\"result\":\"platform.getHeight\",\"id\":{\"a\":[1,2]}}\n"
+        );
+        assert_eq!(
+            seen.lock().map(|s| s.clone()).unwrap_or_default(),
+            ["platform.getHeight"]
+        );
+    }
+
+    #[tokio::test]
+    async fn refusals_never_reach_the_layers_below() {
+        let (seen, inner) = scripted();
+        let d = decode(inner, LimitsConfig::default());
+        for body in [
+            "",
+            "{",
+            r#"{"jsonrpc":"1.0","id":1,"method":"platform.getHeight"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"platform.nope"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"info.getNetworkID"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"platform.getHeight","METHOD":"x"}"#,
+            "[]",
+            &"[".repeat(100),
+        ] {
+            let (status, answer) = answer(&d, body).await;
+            assert_eq!(status, 200, "{body}");
+            assert!(answer.contains("\"error\""), "{body}: {answer}");
+        }
+        assert!(seen.lock().map(|s| s.is_empty()).unwrap_or(false));
+    }
+
+    #[tokio::test]
+    async fn a_batch_keeps_its_order_and_skips_notifications() {
+        let (seen, inner) = scripted();
+        let d = decode(inner, LimitsConfig::default());
+        let (status, body) = answer(
+            &d,
+            r#"[{"jsonrpc":"2.0","id":1,"method":"platform.getHeight"},
+                {"jsonrpc":"2.0","method":"platform.getTimestamp"},
+                7,
+                {"jsonrpc":"2.0","id":"c","method":"info.getNetworkID"},
+                {"jsonrpc":"2.0","id":"d","method":"platform.getTimestamp"}]"#,
+        )
+        .await;
+        assert_eq!(status, 200);
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        let ids: Vec<_> = v
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| e["id"].clone())
+            .collect();
+        assert_eq!(
+            ids,
+            [1.into(), serde_json::Value::Null, "c".into(), "d".into()]
+        );
+        assert_eq!(v[1]["error"]["code"], -32600);
+        assert_eq!(v[2]["error"]["code"], -32601);
+        assert_eq!(v[3]["result"], "platform.getTimestamp");
+        // The notification was forwarded; the wrong-path call was not.
+        let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+        assert_eq!(seen.len(), 3);
+        assert!(!seen.contains(&"info.getNetworkID".to_string()));
+    }
+
+    #[tokio::test]
+    async fn a_batch_over_the_limit_is_refused_whole() {
+        let (seen, inner) = scripted();
+        let limits = LimitsConfig {
+            batch_len: 2,
+            ..LimitsConfig::default()
+        };
+        let d = decode(inner, limits);
+        let call = r#"{"jsonrpc":"2.0","id":1,"method":"platform.getHeight"}"#;
+        let (status, body) = answer(&d, &format!("[{call},{call},{call}]")).await;
+        assert_eq!(status, 413);
+        assert!(
+            body.contains("batch of 3 calls exceeds the limit of 2"),
+            "{body}"
+        );
+        assert!(seen.lock().map(|s| s.is_empty()).unwrap_or(false));
+    }
+}

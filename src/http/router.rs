@@ -223,3 +223,215 @@ where
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ForwardConfig, HealthConfig, UpstreamConfig};
+    use crate::methods::Registry;
+    use crate::upstream::Pool;
+    use http_body_util::{BodyExt, Full};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Mutex;
+
+    fn routes(limits: LimitsConfig) -> Arc<Routes> {
+        let metrics = Metrics::new();
+        let node = UpstreamConfig {
+            name: "node-a".into(),
+            url: "http://127.0.0.1:9".into(),
+        };
+        let pool = Pool::new(
+            &[node],
+            HealthConfig::default(),
+            ForwardConfig::default(),
+            &limits,
+            metrics.clone(),
+        )
+        .map(Arc::new)
+        .unwrap_or_else(|e| panic!("a pool: {e}"));
+        let body_room = Arc::new(Semaphore::new(limits.total_body_bytes));
+        let keys = AdminKeys::new(&["admin-key-0123456789".to_string()]);
+        Arc::new(Routes {
+            admin: Admin {
+                registry: Registry::builtin(),
+                keys: keys.clone(),
+                pool,
+                cache: None,
+                metrics: metrics.clone(),
+                draining: Arc::new(AtomicBool::new(false)),
+                body_room: body_room.clone(),
+                total_body_bytes: limits.total_body_bytes,
+            },
+            keys,
+            limiter: None,
+            metrics,
+            limits,
+            body_room,
+        })
+    }
+
+    /// A scripted decode layer: records what reached it and answers 200 `ok`.
+    #[allow(clippy::type_complexity)] // a test double: the log and the service
+    fn recording() -> (
+        Arc<Mutex<Vec<(Family, &'static str, Bytes, bool)>>>,
+        impl Service<
+                RpcRequest,
+                Response = HttpResponse,
+                Error = Infallible,
+                Future = impl Future<Output = Result<HttpResponse, Infallible>> + Send,
+            > + Clone
+            + Send
+            + 'static,
+    ) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let inner = tower::service_fn(move |req: RpcRequest| {
+            if let Ok(mut l) = log.lock() {
+                l.push((req.family, req.path, req.body, req.caller.admin));
+            }
+            async { Ok::<_, Infallible>(HttpResponse::new("ok".into())) }
+        });
+        (seen, inner)
+    }
+
+    async fn send<S>(router: &Router<S>, req: Request<Full<Bytes>>) -> (u16, String)
+    where
+        Router<S>:
+            Service<Request<Full<Bytes>>, Response = HttpResponse, Error = Infallible> + Clone,
+    {
+        let r = router
+            .clone()
+            .oneshot(req)
+            .await
+            .unwrap_or_else(|e| match e {});
+        let status = r.status().as_u16();
+        let body = r
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    fn request(
+        method: Method,
+        path: &str,
+        content_type: Option<&str>,
+        body: &str,
+    ) -> Request<Full<Bytes>> {
+        let mut b = Request::builder().method(method).uri(path);
+        if let Some(ct) = content_type {
+            b = b.header(header::CONTENT_TYPE, ct);
+        }
+        b.body(Full::new(Bytes::copy_from_slice(body.as_bytes())))
+            .unwrap_or_else(|e| panic!("a request: {e}"))
+    }
+
+    #[tokio::test]
+    async fn rpc_bodies_go_down_with_their_api_and_everything_else_ends_here() {
+        let (seen, inner) = recording();
+        let conn = Arc::new(ConnInfo::new(([127, 0, 0, 1], 5000).into(), 1 << 20));
+        let router = RouterLayer::new(routes(LimitsConfig::default()), conn).layer(inner);
+        let json = Some("application/json; charset=utf-8");
+        for path in P_CHAIN_PATHS {
+            assert_eq!(
+                send(&router, request(Method::POST, path, json, "{}")).await,
+                (200, "ok".into())
+            );
+        }
+        assert_eq!(
+            send(&router, request(Method::POST, "/ext/info", json, "[1]"))
+                .await
+                .0,
+            200
+        );
+        let cases = [
+            (
+                request(Method::POST, "/ext/bc/X", json, "{}"),
+                404,
+                "404 page not found\n",
+            ),
+            (
+                request(Method::POST, "/ext/bc/P/", json, "{}"),
+                404,
+                "404 page not found\n",
+            ),
+            (
+                request(Method::GET, "/ext/bc/P", json, "{}"),
+                405,
+                "rpc: POST method required, received GET",
+            ),
+            (
+                request(Method::POST, "/ext/bc/P", None, "{}"),
+                415,
+                "rpc: unrecognized Content-Type: ",
+            ),
+            (
+                request(Method::POST, "/ext/bc/P", Some("text/plain"), "{}"),
+                415,
+                "rpc: unrecognized Content-Type: text/plain",
+            ),
+            (
+                request(Method::GET, "/ext/health/liveness", None, ""),
+                200,
+                "{\"healthy\":true}\n",
+            ),
+            (
+                request(Method::POST, "/snowgate/cache/purge", None, ""),
+                401,
+                "admin key required\n",
+            ),
+        ];
+        for (req, status, body) in cases {
+            let path = req.uri().path().to_string();
+            assert_eq!(
+                send(&router, req).await,
+                (status, body.to_string()),
+                "{path}"
+            );
+        }
+        let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+        let paths: Vec<_> = seen.iter().map(|(f, p, _, _)| (*f, *p)).collect();
+        let mut expected: Vec<_> = P_CHAIN_PATHS
+            .iter()
+            .map(|p| (Family::Platform, *p))
+            .collect();
+        expected.push((Family::Info, INFO_PATH));
+        assert_eq!(paths, expected);
+        assert_eq!(seen[5].2, Bytes::from_static(b"[1]"));
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_limit_is_refused_and_its_room_given_back() {
+        let (seen, inner) = recording();
+        let limits = LimitsConfig {
+            body_bytes: 10,
+            ..LimitsConfig::default()
+        };
+        let routes = routes(limits);
+        let conn = Arc::new(ConnInfo::new(([127, 0, 0, 1], 5000).into(), 1 << 20));
+        let router = RouterLayer::new(routes.clone(), conn.clone()).layer(inner);
+        let req = request(
+            Method::POST,
+            "/ext/bc/P",
+            Some("application/json"),
+            "{\"x\":\"0123456789\"}",
+        );
+        let (status, body) = send(&router, req).await;
+        assert_eq!(status, 413);
+        assert!(body.contains("request body larger than 10 bytes"), "{body}");
+        assert!(seen.lock().map(|s| s.is_empty()).unwrap_or(false));
+        assert_eq!(conn.body_room.available_permits(), 1 << 20);
+        assert_eq!(
+            routes.body_room.available_permits(),
+            routes.limits.total_body_bytes
+        );
+        let rejected = routes
+            .metrics
+            .http_rejections
+            .with_label_values(&["body_too_large"])
+            .get();
+        assert_eq!(rejected, 1);
+    }
+}

@@ -105,6 +105,80 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::methods::{Access, MethodOverride, Registry};
+    use std::collections::BTreeMap;
+    use tower::ServiceExt;
+
+    fn registry_with_disabled(method: &str) -> Registry {
+        let overrides: BTreeMap<String, MethodOverride> = [(
+            method.to_string(),
+            MethodOverride {
+                access: Some(Access::Disabled),
+                ..Default::default()
+            },
+        )]
+        .into_iter()
+        .collect();
+        Registry::with_overrides(&overrides)
+    }
+
+    #[test]
+    fn public_methods_are_open_to_all_and_the_rest_to_admins_only() {
+        let r = Registry::builtin();
+        for admin in [false, true] {
+            let public = RpcCall::for_test(&r, "platform.getHeight", "{}", admin);
+            assert_eq!(check(&public), Ok(()));
+        }
+        for method in ["info.getNodeID", "info.getNodeIP", "platform.listAddresses"] {
+            let call = RpcCall::for_test(&r, method, "{}", false);
+            match check(&call) {
+                Err(ProxyError::Refused { method: m, reason }) => {
+                    assert_eq!(m, method);
+                    assert!(reason.contains("admin key"), "{reason}");
+                }
+                other => panic!("{method}: {other:?}"),
+            }
+            assert_eq!(check(&RpcCall::for_test(&r, method, "{}", true)), Ok(()));
+        }
+    }
+
+    #[test]
+    fn a_disabled_method_is_refused_even_to_admins() {
+        let r = registry_with_disabled("platform.getHeight");
+        for admin in [false, true] {
+            let call = RpcCall::for_test(&r, "platform.getHeight", "{}", admin);
+            assert_eq!(
+                check(&call),
+                Err(ProxyError::Refused {
+                    method: "platform.getHeight".into(),
+                    reason: "the method is disabled on this gateway",
+                })
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn the_layer_never_calls_inner_for_a_refused_call() {
+        let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = calls.clone();
+        let inner = tower::service_fn(move |_call: RpcCall| {
+            seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            async { Err::<Answer, _>(ProxyError::NoHealthyUpstream) }
+        });
+        let policy = PolicyLayer.layer(inner);
+        let r = Registry::builtin();
+        let refused = policy
+            .clone()
+            .oneshot(RpcCall::for_test(&r, "info.getNodeID", "{}", false))
+            .await;
+        assert!(matches!(refused, Err(ProxyError::Refused { .. })));
+        assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), 0);
+        let passed = policy
+            .oneshot(RpcCall::for_test(&r, "info.getNodeID", "{}", true))
+            .await;
+        assert_eq!(passed.err(), Some(ProxyError::NoHealthyUpstream));
+        assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
 
     #[test]
     fn bearer_keys() {
