@@ -507,8 +507,9 @@ where
 {
     type Response = Answer;
     type Error = ProxyError;
-    /// Bypassed calls and index hits are answered without boxing a future; the rest (moka reads,
-    /// misses) run in one boxed future.
+    /// Bypassed calls and index hits add no boxed future of their own; the rest (moka reads,
+    /// misses) run in one. (In the default config every call is boxed anyway, above this layer:
+    /// by the type-erased per-call stack and by the rate limiter.)
     type Future = Either<
         Either<Bypassed<S::Future>, Ready<Result<Answer, ProxyError>>>,
         Pin<Box<dyn Future<Output = Result<Answer, ProxyError>> + Send>>,
@@ -602,12 +603,8 @@ where
                 .await
                 .map_err(NotStored::Failed)?;
             let ttl = rules::lifetime(call, answer.kind, &answer.payload, &cache.ttls);
-            let fresh_enough = match head {
-                Some(h) => answer.upstream_height.is_some_and(|uh| uh >= h),
-                None => true,
-            };
             match ttl {
-                Some(ttl) if fresh_enough => Ok(Entry::new(
+                Some(ttl) if rules::fresh_enough(head, answer.upstream_height) => Ok(Entry::new(
                     key,
                     answer.kind,
                     &answer.payload,

@@ -74,6 +74,16 @@ fn field_str(payload: &[u8], name: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// Whether an answer may be stored under a head-class key made at best height `head`: only when
+/// the node that gave it had reached that height (an answer from a lagging node would otherwise
+/// be served as the answer at a height it never saw). Other classes (`head` is `None`) always may.
+pub fn fresh_enough(head: Option<u64>, answered_at: Option<u64>) -> bool {
+    match head {
+        Some(h) => answered_at.is_some_and(|at| at >= h),
+        None => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,6 +110,15 @@ mod tests {
             },
             route_min_height: None,
         }
+    }
+
+    #[test]
+    fn head_answers_are_kept_only_from_nodes_at_the_height() {
+        assert!(fresh_enough(None, None));
+        assert!(fresh_enough(Some(100), Some(100)));
+        assert!(fresh_enough(Some(100), Some(101)));
+        assert!(!fresh_enough(Some(100), Some(99)));
+        assert!(!fresh_enough(Some(100), None), "a node of unknown height");
     }
 
     #[test]
