@@ -143,7 +143,7 @@ use CacheClass::{Head, Immutable, Network, Never, Volatile};
 /// (name, access, cache class, cost, height param)
 type Row = (&'static str, Access, CacheClass, u32, Option<&'static str>);
 
-/// The built-in table: every method of `../shared/spec/node-api.md`.
+/// The built-in table: every `info.*` and `platform.*` method a node serves.
 const BUILTIN: &[Row] = &[
     ("info.acps", Public, Volatile, 1, None),
     ("info.isBootstrapped", Public, Volatile, 1, None),

@@ -1,6 +1,7 @@
 //! The simulated Avalanche node (`snowgate devnode`): tests, benchmarks and the demo stand on it,
 //! since no real avalanchego runs on our machines. It must read requests and write answers the way
-//! a real node does (`../shared/reference/avalanchego.md`), so a gateway that works against it works
+//! a real node does (avalanchego v1.14: its HTTP stack, gorilla/rpc's JSON codec, its error
+//! texts byte for byte), so a gateway that works against it works
 //! against a node.
 //!
 //! * [`chain`]: the deterministic P-chain and node state, and every `info.*` / `platform.*` method

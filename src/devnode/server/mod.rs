@@ -1,5 +1,6 @@
 //! The devnode's HTTP side: a hyper server that answers the way avalanchego's API server does
-//! (`../shared/reference/avalanchego.md` §1-§2), plus what tests need from a simulated node:
+//! (its HTTP stack: `Node-Id`, rs/cors, the host filter, gorilla/mux routing and gorilla/rpc's
+//! refusals, as avalanchego v1.14 runs them), plus what tests need from a simulated node:
 //! faults on demand, call counts, going down and up again, and a control endpoint.
 //!
 //! A request goes through, in this order ([`handle`] and [`node_stack`]):
