@@ -345,9 +345,17 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, String> {
             }
             length = Some(n);
         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            // Chunked must be the last coding; anything else this client cannot decode.
-            let last = h.value.rsplit(|&b| b == b',').next().unwrap_or_default();
-            if !last.trim_ascii().eq_ignore_ascii_case(b"chunked") {
+            // Chunked is the only coding this client decodes: `gzip, chunked` is chunked gzip,
+            // whose de-chunked bytes are not the answer, so any other coding in the list is
+            // refused (RFC 9112 6.1), not read as plain chunked.
+            let mut codings = h
+                .value
+                .split(|&b| b == b',')
+                .map(<[u8]>::trim_ascii)
+                .filter(|coding| !coding.is_empty())
+                .peekable();
+            let named = codings.peek().is_some();
+            if !named || !codings.all(|coding| coding.eq_ignore_ascii_case(b"chunked")) {
                 return Err("unsupported Transfer-Encoding".into());
             }
             chunked = true;
@@ -628,7 +636,7 @@ mod tests {
     fn framing_follows_the_headers() {
         let h = head("HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n");
         assert_eq!((h.framing, h.keep_alive), (Framing::Length(12), true));
-        let h = head("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n");
+        let h = head("HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked \r\n\r\n");
         assert_eq!((h.framing, h.keep_alive), (Framing::Chunked, true));
         let h = head("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n");
         assert_eq!((h.framing, h.keep_alive), (Framing::Close, false));
@@ -685,6 +693,11 @@ mod tests {
             "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
             "HTTP/1.1 200 OK\r\nContent-Length: +1\r\n\r\n",
             "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+            // Chunked gzip is not chunked JSON: de-chunking it does not give the answer.
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: identity, chunked\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: \r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: ,\r\n\r\n",
             "garbage\r\n\r\n",
         ] {
             assert!(parse_head(bad.as_bytes()).is_err(), "{bad:?}");
