@@ -342,3 +342,35 @@ async fn a_kept_alive_connection_times_out_at_each_exchange_deadline() {
     assert!(started.elapsed() < Duration::from_secs(2));
     assert_eq!(seen.requests.load(Ordering::Relaxed), 4);
 }
+
+#[tokio::test]
+async fn an_invalid_request_path_is_its_own_error_not_a_connect_failure() {
+    use snowgate::upstream::conn::{Connections, SendError};
+    let (addr, seen) = raw_node(Style::Length, "{}".into()).await;
+    let authority: http::uri::Authority = addr.to_string().parse().unwrap();
+    let connections = Connections::new(
+        &authority,
+        Duration::from_secs(1),
+        8,
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    let by = tokio::time::Instant::now() + Duration::from_secs(5);
+    for path in ["ext/bc/P", "/ext/bc/P x", "/ext/\u{e9}", ""] {
+        let e = connections
+            .post(path, b"{}", 1 << 20, by)
+            .await
+            .unwrap_err();
+        // A fixed category: neither "could not connect" (it never tried) nor the node's address.
+        assert!(matches!(e, SendError::InvalidPath), "{path:?}: {e:?}");
+        assert!(!format!("{e:?}").contains(&addr.port().to_string()));
+    }
+    // Nothing was sent, so no connection was opened; a valid path still goes through.
+    assert_eq!(seen.connections.load(Ordering::Relaxed), 0);
+    let r = connections
+        .post("/ext/bc/P", b"{\"id\":1}", 1 << 20, by)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(seen.connections.load(Ordering::Relaxed), 1);
+}

@@ -53,6 +53,10 @@ pub enum SendError {
     TooLarge(usize),
     /// The deadline passed before the answer was complete (or before a connection opened).
     Timeout,
+    /// The request path cannot be sent (not absolute, or not printable ASCII): nothing was
+    /// sent and no connection was opened. The caller's mistake, not the node's: it names
+    /// neither the node nor the path.
+    InvalidPath,
 }
 
 /// A node's answer: its status and its whole body.
@@ -154,10 +158,7 @@ impl Connections {
     /// The request's bytes: head and body in one buffer, written with one system call.
     fn encode(&self, path: &str, body: &[u8]) -> Result<Vec<u8>, SendError> {
         if !path.starts_with('/') || path.bytes().any(|b| !b.is_ascii_graphic()) {
-            return Err(SendError::Connect(
-                Fault::ConnectFailed,
-                format!("request path {path:?} is not valid"),
-            ));
+            return Err(SendError::InvalidPath);
         }
         let mut length = itoa::Buffer::new();
         let mut out = Vec::with_capacity(96 + path.len() + self.host.len() + body.len());

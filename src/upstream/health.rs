@@ -35,6 +35,9 @@ pub enum Fault {
     RpcError,
     /// The node says it is not done bootstrapping.
     NotBootstrapped,
+    /// The request for the node could not be built (its path is not valid): snowgate's fault,
+    /// found before any connection was opened.
+    InvalidRequest,
 }
 
 impl fmt::Display for Fault {
@@ -51,6 +54,7 @@ impl fmt::Display for Fault {
             Fault::TooLarge(bound) => write!(f, "answer larger than {bound} bytes"),
             Fault::RpcError => f.write_str("rpc error"),
             Fault::NotBootstrapped => f.write_str("not bootstrapped"),
+            Fault::InvalidRequest => f.write_str("invalid request path"),
         }
     }
 }
@@ -60,9 +64,13 @@ impl Fault {
     ///
     /// A timeout does not: a slow method, or time the request spent queued in snowgate, says
     /// nothing about the node's health, which its active checks (with their own short timeout)
-    /// judge. Nor does an answer over the size bound: a client can ask for a large answer.
+    /// judge. Nor does an answer over the size bound: a client can ask for a large answer. Nor
+    /// does a request snowgate could not build: the node never saw it.
     pub fn counts_against_node(self) -> bool {
-        !matches!(self, Fault::Timeout | Fault::TooLarge(_))
+        !matches!(
+            self,
+            Fault::Timeout | Fault::TooLarge(_) | Fault::InvalidRequest
+        )
     }
 }
 
@@ -327,6 +335,7 @@ mod tests {
     fn categories_name_no_detail() {
         assert_eq!(Fault::Http(500).to_string(), "http 500");
         assert_eq!(Fault::ConnectRefused.to_string(), "connect refused");
+        assert_eq!(Fault::InvalidRequest.to_string(), "invalid request path");
     }
 
     #[test]

@@ -91,6 +91,7 @@ impl AttemptError {
             Fault::BadAnswer | Fault::TooLarge(_) | Fault::RpcError | Fault::NotBootstrapped => {
                 "bad_answer"
             }
+            Fault::InvalidRequest => "invalid_request",
         }
     }
 
@@ -147,6 +148,7 @@ const UPSTREAM_OUTCOMES: &[&str] = &[
     "http_5xx",
     "http_error",
     "bad_answer",
+    "invalid_request",
 ];
 
 impl UpstreamMetrics {
@@ -210,6 +212,10 @@ impl Upstream {
                     AttemptError::new(Fault::TooLarge(n), format!("answer larger than {n} bytes"))
                 }
                 conn::SendError::Timeout => AttemptError::new(Fault::Timeout, "no answer in time"),
+                conn::SendError::InvalidPath => AttemptError::new(
+                    Fault::InvalidRequest,
+                    format!("request path {path:?} is not valid"),
+                ),
             })?;
         if reply.status != StatusCode::OK {
             // The body is not kept: a node may echo the request, and with it a password.
