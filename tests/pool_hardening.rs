@@ -709,3 +709,75 @@ async fn an_unsolicited_answer_on_a_kept_alive_connection_is_never_taken_for_the
     gw.shutdown().await;
     node.abort();
 }
+
+#[tokio::test]
+async fn a_height_waits_for_a_full_node_that_has_it_rather_than_going_to_one_that_has_not() {
+    use std::sync::atomic::AtomicUsize;
+    // "high" has height 105 and one concurrency slot, held by a first call until "low" (height
+    // 100, admitted: max_lag_blocks 10) is asked for the block, or 2 s pass.
+    let low_calls = Arc::new(AtomicUsize::new(0));
+    let asked_low = Arc::new(tokio::sync::Notify::new());
+    let holding = Arc::new(tokio::sync::Notify::new());
+    let (counter, asked) = (low_calls.clone(), asked_low.clone());
+    let low = Hostile::start(100, move |_, v, _| {
+        counter.fetch_add(1, Ordering::Relaxed);
+        asked.notify_one();
+        let h = &v["params"]["height"];
+        let text = format!(
+            r#"{{"jsonrpc":"2.0","error":{{"code":-32000,"message":"couldn't get block at height {h}: not found","data":null}},"id":{}}}"#,
+            v["id"]
+        );
+        Box::pin(async move { (200, text) })
+    })
+    .await;
+    let (asked, held) = (asked_low.clone(), holding.clone());
+    let first = Arc::new(AtomicBool::new(true));
+    let high = Hostile::start(105, move |_, v, _| {
+        let hold = first.swap(false, Ordering::Relaxed);
+        let (asked, held) = (asked.clone(), held.clone());
+        let text = format!(
+            r#"{{"jsonrpc":"2.0","result":{{"block":"0x00","encoding":"hex"}},"id":{}}}"#,
+            v["id"]
+        );
+        Box::pin(async move {
+            if hold {
+                held.notify_one();
+                let _ = tokio::time::timeout(Duration::from_secs(2), asked.notified()).await;
+            }
+            (200, text)
+        })
+    })
+    .await;
+    let mut cfg = config(vec![low.upstream("low"), high.upstream("high")]);
+    cfg.health.max_lag_blocks = 10;
+    cfg.upstream.max_concurrency = 1;
+    cfg.limits.request_deadline = Duration::from_secs(20);
+    cfg.upstream.request_timeout = Duration::from_secs(20);
+    let gw = snowgate::Gateway::start(cfg).await.unwrap();
+    let url = format!("{}/ext/bc/P", gw.url());
+    let get = |h: u64| {
+        let url = url.clone();
+        async move {
+            post(
+                &url,
+                &call("platform.getBlockByHeight", &format!(r#"{{"height":{h}}}"#)),
+            )
+            .await
+        }
+    };
+    let blocker = tokio::spawn(get(105));
+    tokio::time::timeout(Duration::from_secs(10), holding.notified())
+        .await
+        .expect("the first call reached the high node");
+    // The high node is full; the low node has room but not the block.
+    let r = get(104).await;
+    assert!(r.json()["result"]["block"].is_string(), "{}", r.body);
+    let r = blocker.await.unwrap();
+    assert!(r.json()["result"]["block"].is_string(), "{}", r.body);
+    assert_eq!(
+        low_calls.load(Ordering::Relaxed),
+        0,
+        "a node below the needed height was asked while one that has it was only busy"
+    );
+    gw.shutdown().await;
+}

@@ -6,8 +6,10 @@
 //!   (transport errors, timeouts, 5xx and garbage answers move to another node within
 //!   `max_attempts` and one deadline), side-effecting calls (`issueTx`) re-sent only when the
 //!   first attempt never connected, height-aware routing, calls pinned by `X-Snowgate-Upstream`.
-//! * [`balance`]: power of two choices over peak-EWMA latency times requests in flight among the
-//!   nodes that may take a call.
+//! * `select.rs`: which node may take a call (healthy, height admitted, room under the
+//!   concurrency limit, the height the call needs), a pure function over plain data;
+//!   [`balance`]: power of two choices over peak-EWMA latency times requests in flight among
+//!   those.
 //! * [`Upstream`] (`node.rs`): one node, its bookkeeping, and one exchange with it; the requests
 //!   pending on it in a ring (`pending.rs`), so one still in flight counts as at least as slow as
 //!   its age.
@@ -34,6 +36,7 @@ mod node;
 mod pending;
 mod pool;
 mod probe;
+mod select;
 mod status;
 
 use http::Uri;

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::answer;
-use super::balance;
 use super::health::{self, Fault, HealthState, Heights};
 use super::node::{answer_from, upstream_id, AttemptError, Upstream};
+use super::select::{self, Choice, NodeView};
 use crate::call::{Answer, AnswerKind, RpcCall};
 use crate::config::{ForwardConfig, HealthConfig, LimitsConfig, UpstreamConfig};
 use crate::error::ProxyError;
@@ -95,40 +95,25 @@ impl Pool {
         health::eligible(state, &self.heights())
     }
 
-    /// Indices of the upstreams that may take a request needing `min_height`, minus `tried`.
-    /// Those at their concurrency cap are left out while others have room; when all are full,
-    /// all are given and the caller waits for a slot (within its deadline).
-    fn candidates(&self, min_height: Option<u64>, tried: &[usize]) -> Vec<usize> {
-        // One allocation: heights are looked up again (under their lock) only for a height
-        // requirement, which few calls have.
-        let mut ready: Vec<usize> = (0..self.upstreams.len())
-            .filter(|i| !tried.contains(i))
-            .filter(|&i| self.takes_traffic(&self.upstreams[i].state.lock()))
-            .collect();
-        let has_room = |i: usize| self.upstreams[i].permits.available_permits() > 0;
-        if ready.iter().any(|&i| has_room(i)) {
-            ready.retain(|&i| has_room(i));
-        }
-        if let Some(h) = min_height {
-            let reaches = |i: usize| {
-                self.upstreams[i]
-                    .state
-                    .lock()
-                    .height
-                    .is_some_and(|x| x >= h)
-            };
-            if ready.iter().any(|&i| reaches(i)) {
-                ready.retain(|&i| reaches(i));
-            }
-        }
-        ready
-    }
-
-    /// Power of two choices among `candidates` by their load (none computed for a single one).
-    fn pick(&self, candidates: &[usize]) -> Option<usize> {
-        let load = |k: usize| self.upstreams[candidates[k]].load();
-        let chosen = balance::pick_p2c(candidates.len(), load, &mut rand::thread_rng())?;
-        Some(candidates[chosen])
+    /// What the pool knows of each node now, for [`select::choose`]: one lock of each node's
+    /// health record, one vector.
+    fn views(&self, tried: &[usize]) -> Vec<NodeView> {
+        self.upstreams
+            .iter()
+            .enumerate()
+            .map(|(i, u)| {
+                let (healthy, height) = {
+                    let s = u.state.lock();
+                    (s.healthy, s.height)
+                };
+                NodeView {
+                    healthy,
+                    height,
+                    room: u.permits.available_permits() > 0,
+                    tried: tried.contains(&i),
+                }
+            })
+            .collect()
     }
 
     /// One attempt of `call` on one upstream, re-encoded with a fresh id, with the bookkeeping
@@ -309,23 +294,30 @@ impl Pool {
                 // Registered before looking, so a slot freed meanwhile is not missed.
                 freed.as_mut().enable();
             }
-            let mut candidates = self.candidates(min_height, tried);
-            if candidates.is_empty() {
-                return Ok(None);
-            }
-            candidates.retain(|&i| self.upstreams[i].permits.available_permits() > 0);
-            if let Some(index) = self.pick(&candidates) {
-                if let Ok(permit) = self.upstreams[index].permits.try_acquire() {
-                    return Ok(Some((
-                        index,
-                        Slot {
-                            permit: Some(permit),
-                            pool: self,
-                            queued: waiting,
-                        },
-                    )));
+            let choice = select::choose(
+                &self.views(tried),
+                &self.heights(),
+                min_height,
+                |i| self.upstreams[i].load(),
+                &mut rand::thread_rng(),
+            );
+            match choice {
+                Choice::NoNode => return Ok(None),
+                Choice::Node(index) => {
+                    if let Ok(permit) = self.upstreams[index].permits.try_acquire() {
+                        return Ok(Some((
+                            index,
+                            Slot {
+                                permit: Some(permit),
+                                pool: self,
+                                queued: waiting,
+                            },
+                        )));
+                    }
+                    // Taken meanwhile by another request: choose again.
+                    continue;
                 }
-                continue;
+                Choice::Full => {}
             }
             if !waiting {
                 // All full: look again, this time registered for the next freed slot.
