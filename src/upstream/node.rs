@@ -79,9 +79,9 @@ impl AttemptError {
 }
 
 /// One node behind the gateway.
-pub struct Upstream {
+pub(crate) struct Upstream {
     /// The configured name.
-    pub name: Arc<str>,
+    pub(crate) name: Arc<str>,
     connections: conn::Connections,
     pub(super) state: Mutex<HealthState>,
     pub(super) ewma: Mutex<PeakEwma>,

@@ -37,7 +37,7 @@ pub struct Pool {
 
 impl Pool {
     /// Builds the pool (no I/O; call [`Pool::spawn_health_checks`] to start checking).
-    pub fn new(
+    pub(crate) fn new(
         upstreams: &[UpstreamConfig],
         health: HealthConfig,
         forward: ForwardConfig,
@@ -68,7 +68,7 @@ impl Pool {
         })
     }
 
-    /// The highest plausible height the nodes report now (see [`Heights`]).
+    /// The highest plausible height the nodes report now (see `health::Heights`).
     pub fn best_height(&self) -> u64 {
         self.best_height.load(Ordering::Relaxed)
     }
@@ -82,12 +82,12 @@ impl Pool {
     }
 
     /// The upstreams, in configuration order.
-    pub fn upstreams(&self) -> &[Arc<Upstream>] {
+    pub(crate) fn upstreams(&self) -> &[Arc<Upstream>] {
         &self.upstreams
     }
 
     /// Finds an upstream by its configured name.
-    pub fn by_name(&self, name: &str) -> Option<&Arc<Upstream>> {
+    fn by_name(&self, name: &str) -> Option<&Arc<Upstream>> {
         self.upstreams.iter().find(|u| &*u.name == name)
     }
 
@@ -172,7 +172,7 @@ impl Pool {
     }
 
     /// Forwards a call: pick a node, send, check the answer; fail over as the module doc says.
-    pub async fn forward(&self, call: &RpcCall) -> Result<Answer, ProxyError> {
+    pub(crate) async fn forward(&self, call: &RpcCall) -> Result<Answer, ProxyError> {
         let deadline = Instant::now() + self.deadline;
         if let Some(pin) = &call.caller.pin {
             let upstream = self

@@ -20,7 +20,10 @@ impl Pool {
     /// Starts one health-check task per upstream, each checking first one interval from now (the
     /// gateway runs a first round itself before it serves); they stop when `shutdown` flips to
     /// true.
-    pub fn spawn_health_checks(self: &Arc<Self>, shutdown: tokio::sync::watch::Receiver<bool>) {
+    pub(crate) fn spawn_health_checks(
+        self: &Arc<Self>,
+        shutdown: tokio::sync::watch::Receiver<bool>,
+    ) {
         for index in 0..self.upstreams.len() {
             let pool = Arc::clone(self);
             let mut shutdown = shutdown.clone();
