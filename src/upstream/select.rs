@@ -2,15 +2,18 @@
 //! moment ([`NodeView`]: plain data, no `Pool`, no runtime), so the rules are unit- and
 //! property-tested on their own; [`super::pool`] builds the views and takes the slot.
 //!
-//! A node qualifies when it is healthy, its height is admitted (within `max_lag_blocks` of the
-//! quorum height, not implausibly ahead: [`Heights::admits`], the rule of
-//! [`health::eligible`](super::health::eligible)), it has not been tried for this call, it has a
-//! free concurrency slot, and it has reached the height the call needs. That last condition
-//! applies only while some usable node has reached that height: a height beyond every node
-//! (a block not produced yet) still goes to a node, whose "not found" is the answer. Among the
-//! nodes that qualify, [`balance::pick_p2c`] picks by load. Calls pinned to one node by
-//! `X-Snowgate-Upstream` skip this choice: the admin named the node, healthy or not, and the
-//! call waits for that node's own slot.
+//! A node may take a call when it is healthy, its height is admitted (within `max_lag_blocks` of
+//! the quorum height, not implausibly ahead: [`Heights::admits`], the rule of
+//! [`health::eligible`](super::health::eligible)) and it has not been tried for this call. Among
+//! those, it must have a free concurrency slot: when none has, the call waits for one. Among those
+//! with a slot, it must have reached the height the call needs, while at least one of them has;
+//! otherwise a node without the height takes the call, and its "not found" sends the call on to
+//! another node (`Pool::should_retry_not_found`). The call does not wait for a busy node that has
+//! the height while another has room: a queued call is woken by whichever slot frees first (one
+//! `Notify` for the pool), and one that declined the slot it was woken for would swallow the
+//! wake-up of a waiter that could use it. Among the nodes that qualify, [`balance::pick_p2c`]
+//! picks by load. Calls pinned to one node by `X-Snowgate-Upstream` skip this choice: the admin
+//! named the node, healthy or not, and the call waits for that node's own slot.
 
 use rand::Rng;
 
@@ -54,18 +57,13 @@ pub(crate) fn choose(
 ) -> Choice {
     let usable = |n: &NodeView| !n.tried && n.healthy && heights.admits(n.height);
     let reaches = |n: &NodeView| min_height.map_or(true, |h| n.height.is_some_and(|x| x >= h));
-    // The height is required only when some usable node has it; waiting for one of those beats
-    // sending to a node known not to have the block.
-    let mut any_usable = false;
-    let mut any_reaches = false;
-    for n in nodes.iter().filter(|n| usable(n)) {
-        any_usable = true;
-        any_reaches |= reaches(n);
-    }
-    if !any_usable {
+    if !nodes.iter().any(usable) {
         return Choice::NoNode;
     }
-    let qualifies = |n: &NodeView| usable(n) && n.room && (!any_reaches || reaches(n));
+    let ready = |n: &NodeView| usable(n) && n.room;
+    // The height is required only when a node with room has it (see the module doc).
+    let height_required = nodes.iter().any(|n| ready(n) && reaches(n));
+    let qualifies = |n: &NodeView| ready(n) && (!height_required || reaches(n));
     // The qualifying nodes by rank, without collecting them: a pool has a handful of nodes.
     let nth = |k: usize| {
         nodes
@@ -136,13 +134,17 @@ mod tests {
     }
 
     #[test]
-    fn a_needed_height_waits_for_a_node_that_has_it_unless_none_has() {
-        // Node 1 has height 100 but is full: the call waits rather than going to node 0.
-        let nodes = [node(true, 99, true), node(true, 100, false)];
-        assert_eq!(choose_seeded(&nodes, &HEIGHTS, Some(100)), Choice::Full);
+    fn a_needed_height_goes_to_a_node_with_room_that_has_it_else_to_any_with_room() {
         let nodes = [node(true, 99, true), node(true, 100, true)];
-        assert_eq!(choose_seeded(&nodes, &HEIGHTS, Some(100)), Choice::Node(1));
+        for _ in 0..20 {
+            assert_eq!(choose_seeded(&nodes, &HEIGHTS, Some(100)), Choice::Node(1));
+        }
+        // The node that has it is full: the call is not held back from the one with room (whose
+        // "not found" the pool retries elsewhere).
+        let nodes = [node(true, 99, true), node(true, 100, false)];
+        assert_eq!(choose_seeded(&nodes, &HEIGHTS, Some(100)), Choice::Node(0));
         // Beyond every node: any node answers (its "not found" is the answer).
+        let nodes = [node(true, 99, true), node(true, 100, true)];
         assert!(choose_seeded(&nodes, &HEIGHTS, Some(500)).is_node());
     }
 
@@ -200,9 +202,9 @@ mod tests {
             let reaches = |n: &NodeView| {
                 min_height.map_or(true, |h| n.height.is_some_and(|x| x >= h))
             };
-            let some_usable_reaches = nodes.iter().any(|n| usable(n) && reaches(n));
-            let qualifies =
-                |n: &NodeView| usable(n) && n.room && (reaches(n) || !some_usable_reaches);
+            let ready = |n: &NodeView| usable(n) && n.room;
+            let some_ready_reaches = nodes.iter().any(|n| ready(n) && reaches(n));
+            let qualifies = |n: &NodeView| ready(n) && (reaches(n) || !some_ready_reaches);
             match choice {
                 Choice::Node(i) => {
                     let n = &nodes[i];
@@ -212,12 +214,13 @@ mod tests {
                     let h = n.height.unwrap_or_default();
                     prop_assert!(h >= heights.floor, "lagging");
                     prop_assert!(h <= heights.ceiling, "implausible");
-                    if some_usable_reaches {
+                    if some_ready_reaches {
                         prop_assert!(reaches(n), "below the needed height");
                     }
                 }
                 Choice::Full => {
                     prop_assert!(nodes.iter().any(usable));
+                    prop_assert!(!nodes.iter().any(ready), "a usable node had room");
                     prop_assert!(!nodes.iter().any(qualifies), "a node qualified");
                 }
                 Choice::NoNode => prop_assert!(!nodes.iter().any(usable)),
