@@ -30,6 +30,10 @@ enum Style {
     DropsIdle,
     /// Not HTTP at all (health checks are answered properly, so the node is in the pool).
     NotHttp,
+    /// `Transfer-Encoding: gzip, chunked` over a body that is plain JSON in chunks: a coding the
+    /// gateway cannot decode, announced on an answer that would read as valid if it were ignored
+    /// (health checks are answered properly, so the node is in the pool).
+    GzipChunked,
 }
 
 /// What the raw node saw.
@@ -93,7 +97,7 @@ async fn raw_node(style: Style, result: String) -> (std::net::SocketAddr, Arc<Se
                         }
                     } + "\n";
                     let style = match style {
-                        Style::NotHttp if health => Style::Length,
+                        Style::NotHttp | Style::GzipChunked if health => Style::Length,
                         other => other,
                     };
                     let keep = write_answer(&mut stream, style, body.as_bytes()).await;
@@ -128,6 +132,12 @@ async fn write_answer(stream: &mut TcpStream, style: Style, body: &[u8]) -> bool
             stream.write_all(&[head.as_bytes(), body].concat()).await
         }
         Style::NotHttp => stream.write_all(b"SSH-2.0-OpenSSH_9.2\r\n\r\n").await,
+        Style::GzipChunked => {
+            let head = format!("{ok}Transfer-Encoding: gzip, chunked\r\n\r\n");
+            let chunk = format!("{:x}\r\n", body.len());
+            let answer = [head.as_bytes(), chunk.as_bytes(), body, b"\r\n0\r\n\r\n"].concat();
+            stream.write_all(&answer).await
+        }
         Style::Chunked => {
             let head = format!("{ok}Transfer-Encoding: chunked\r\n\r\n");
             let mut result = stream.write_all(head.as_bytes()).await;
@@ -233,6 +243,20 @@ async fn a_node_speaking_no_http_is_a_502() {
     gw.shutdown().await;
 }
 
+#[tokio::test]
+async fn a_transfer_coding_other_than_chunked_is_refused_as_invalid_http() {
+    let (addr, seen) = raw_node(Style::GzipChunked, r#"{"networkID":1}"#.into()).await;
+    let gw = gateway(addr, |_| {}).await;
+    let r = get_network_id(&gw).await;
+    // Read as plain chunked, this answer would pass as a valid `networkID`.
+    assert_eq!(r.status, 502, "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], -32603);
+    assert!(r.body.contains("invalid HTTP answer"), "{}", r.body);
+    assert!(!r.body.contains("networkID"), "{}", r.body);
+    assert!(seen.requests.load(Ordering::Relaxed) >= 1);
+    gw.shutdown().await;
+}
+
 /// A node that answers every request on a connection except the second, on which it hangs.
 async fn hangs_on_second_request() -> (std::net::SocketAddr, Arc<Seen>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -317,4 +341,36 @@ async fn a_kept_alive_connection_times_out_at_each_exchange_deadline() {
     assert!(matches!(e, SendError::Timeout), "{e:?}");
     assert!(started.elapsed() < Duration::from_secs(2));
     assert_eq!(seen.requests.load(Ordering::Relaxed), 4);
+}
+
+#[tokio::test]
+async fn an_invalid_request_path_is_its_own_error_not_a_connect_failure() {
+    use snowgate::upstream::conn::{Connections, SendError};
+    let (addr, seen) = raw_node(Style::Length, "{}".into()).await;
+    let authority: http::uri::Authority = addr.to_string().parse().unwrap();
+    let connections = Connections::new(
+        &authority,
+        Duration::from_secs(1),
+        8,
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    let by = tokio::time::Instant::now() + Duration::from_secs(5);
+    for path in ["ext/bc/P", "/ext/bc/P x", "/ext/\u{e9}", ""] {
+        let e = connections
+            .post(path, b"{}", 1 << 20, by)
+            .await
+            .unwrap_err();
+        // A fixed category: neither "could not connect" (it never tried) nor the node's address.
+        assert!(matches!(e, SendError::InvalidPath), "{path:?}: {e:?}");
+        assert!(!format!("{e:?}").contains(&addr.port().to_string()));
+    }
+    // Nothing was sent, so no connection was opened; a valid path still goes through.
+    assert_eq!(seen.connections.load(Ordering::Relaxed), 0);
+    let r = connections
+        .post("/ext/bc/P", b"{\"id\":1}", 1 << 20, by)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(seen.connections.load(Ordering::Relaxed), 1);
 }

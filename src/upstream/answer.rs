@@ -11,7 +11,7 @@ use crate::jsonrpc::gojson::scan_object_members;
 ///
 /// The reasons are fixed texts: nothing of the body is quoted (a node may echo a request, and
 /// with it a password), so they may be logged.
-pub fn check(body: &Bytes, expected_id: u64) -> Result<(AnswerKind, Bytes), &'static str> {
+pub(crate) fn check(body: &Bytes, expected_id: u64) -> Result<(AnswerKind, Bytes), &'static str> {
     let members = scan_object_members(body)
         .map_err(|_| "not JSON")?
         .ok_or("not a JSON object")?;
@@ -65,7 +65,7 @@ fn share(body: &Bytes, part: &[u8]) -> Bytes {
 }
 
 /// The message of a JSON-RPC error payload (for "not found" detection and logs).
-pub fn error_message(payload: &[u8]) -> Option<String> {
+pub(crate) fn error_message(payload: &[u8]) -> Option<String> {
     let v = crate::jsonrpc::Json::parse(payload).ok()?;
     v.field("message")?.as_str().map(str::to_string)
 }

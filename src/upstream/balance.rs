@@ -12,21 +12,21 @@ use rand::Rng;
 /// The latency estimate of a node we have not measured yet (or since it came back): zero, so it
 /// wins its comparisons until its first answer gives it a real figure. A pessimistic default
 /// would starve a returning node: on loopback every measured node beats any guess.
-pub const DEFAULT_RTT: Duration = Duration::ZERO;
+pub(crate) const DEFAULT_RTT: Duration = Duration::ZERO;
 
 /// How fast old latencies are forgotten.
-pub const DECAY: Duration = Duration::from_secs(10);
+pub(crate) const DECAY: Duration = Duration::from_secs(10);
 
 /// A peak-sensitive exponentially weighted moving average of round-trip times.
 #[derive(Debug, Clone, Copy)]
-pub struct PeakEwma {
+pub(crate) struct PeakEwma {
     estimate_ns: f64,
     updated: Instant,
 }
 
 impl PeakEwma {
     /// A fresh estimate at [`DEFAULT_RTT`].
-    pub fn new(now: Instant) -> PeakEwma {
+    pub(crate) fn new(now: Instant) -> PeakEwma {
         PeakEwma {
             estimate_ns: DEFAULT_RTT.as_nanos() as f64,
             updated: now,
@@ -34,7 +34,7 @@ impl PeakEwma {
     }
 
     /// Folds in one observed round trip.
-    pub fn observe(&mut self, rtt: Duration, now: Instant) {
+    pub(crate) fn observe(&mut self, rtt: Duration, now: Instant) {
         let rtt = rtt.as_nanos() as f64;
         if rtt > self.estimate_ns {
             self.estimate_ns = rtt;
@@ -47,20 +47,20 @@ impl PeakEwma {
     }
 
     /// The current estimate in nanoseconds.
-    pub fn estimate_ns(&self) -> f64 {
+    pub(crate) fn estimate_ns(&self) -> f64 {
         self.estimate_ns
     }
 }
 
 /// The load of a candidate: latency estimate times (requests in flight + 1).
-pub fn load(estimate_ns: f64, in_flight: usize) -> f64 {
+pub(crate) fn load(estimate_ns: f64, in_flight: usize) -> f64 {
     estimate_ns * (in_flight as f64 + 1.0)
 }
 
 /// Picks the index of one of `n` candidates with power of two choices: two distinct candidates
 /// at random, the less loaded wins. `load(i)` is asked only for the two sampled ones, and not at
 /// all when there is one candidate. `None` only when `n` is 0.
-pub fn pick_p2c(n: usize, load: impl Fn(usize) -> f64, rng: &mut impl Rng) -> Option<usize> {
+pub(crate) fn pick_p2c(n: usize, load: impl Fn(usize) -> f64, rng: &mut impl Rng) -> Option<usize> {
     match n {
         0 => None,
         1 => Some(0),

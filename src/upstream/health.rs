@@ -35,6 +35,9 @@ pub enum Fault {
     RpcError,
     /// The node says it is not done bootstrapping.
     NotBootstrapped,
+    /// The request for the node could not be built (its path is not valid): snowgate's fault,
+    /// found before any connection was opened.
+    InvalidRequest,
 }
 
 impl fmt::Display for Fault {
@@ -51,6 +54,7 @@ impl fmt::Display for Fault {
             Fault::TooLarge(bound) => write!(f, "answer larger than {bound} bytes"),
             Fault::RpcError => f.write_str("rpc error"),
             Fault::NotBootstrapped => f.write_str("not bootstrapped"),
+            Fault::InvalidRequest => f.write_str("invalid request path"),
         }
     }
 }
@@ -60,15 +64,19 @@ impl Fault {
     ///
     /// A timeout does not: a slow method, or time the request spent queued in snowgate, says
     /// nothing about the node's health, which its active checks (with their own short timeout)
-    /// judge. Nor does an answer over the size bound: a client can ask for a large answer.
+    /// judge. Nor does an answer over the size bound: a client can ask for a large answer. Nor
+    /// does a request snowgate could not build: the node never saw it.
     pub fn counts_against_node(self) -> bool {
-        !matches!(self, Fault::Timeout | Fault::TooLarge(_))
+        !matches!(
+            self,
+            Fault::Timeout | Fault::TooLarge(_) | Fault::InvalidRequest
+        )
     }
 }
 
 /// The outcome of one active check.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Check {
+pub(crate) enum Check {
     /// Both calls answered in time; the node says whether it is bootstrapped, and its height.
     Answered { bootstrapped: bool, height: u64 },
     /// A call failed, timed out or answered garbage.
@@ -77,36 +85,36 @@ pub enum Check {
 
 /// Thresholds of the hysteresis.
 #[derive(Debug, Clone, Copy)]
-pub struct Thresholds {
+pub(crate) struct Thresholds {
     /// Consecutive failures before a healthy node is taken out.
-    pub failures: u32,
+    pub(crate) failures: u32,
     /// Consecutive successes before an unhealthy node is taken back.
-    pub recoveries: u32,
+    pub(crate) recoveries: u32,
 }
 
 /// The health record of one upstream (pure state machine).
 #[derive(Debug, Clone, Default)]
-pub struct HealthState {
+pub(crate) struct HealthState {
     /// Taking traffic (lag is judged separately, at pick time).
-    pub healthy: bool,
+    pub(crate) healthy: bool,
     /// At least one check has completed.
-    pub checked: bool,
-    pub bootstrapped: bool,
+    pub(crate) checked: bool,
+    pub(crate) bootstrapped: bool,
     /// Last height the node reported.
-    pub height: Option<u64>,
-    pub ok_streak: u32,
+    pub(crate) height: Option<u64>,
+    pub(crate) ok_streak: u32,
     /// Consecutive failed active checks.
-    pub fail_streak: u32,
+    pub(crate) fail_streak: u32,
     /// Consecutive real requests that failed in a way that counts against the node.
-    pub passive_streak: u32,
+    pub(crate) passive_streak: u32,
     /// Why the last check or request failed: a category, never an address or a body.
-    pub last_error: Option<Fault>,
+    pub(crate) last_error: Option<Fault>,
 }
 
 impl HealthState {
     /// Folds in one active check. The very first good check makes a node healthy at once (so a
     /// fresh gateway serves immediately); afterwards the thresholds apply.
-    pub fn record(&mut self, check: Check, t: Thresholds) {
+    pub(crate) fn record(&mut self, check: Check, t: Thresholds) {
         let first = !self.checked;
         self.checked = true;
         match check {
@@ -145,7 +153,7 @@ impl HealthState {
     /// answer, or a client's slow call, does not eject a node. An ejected node must earn its way
     /// back through the recovery threshold of its active checks. Returns whether this failure
     /// took the node out.
-    pub fn passive_failure(&mut self, fault: Fault, threshold: u32) -> bool {
+    pub(crate) fn passive_failure(&mut self, fault: Fault, threshold: u32) -> bool {
         if !fault.counts_against_node() {
             return false;
         }
@@ -161,13 +169,13 @@ impl HealthState {
     }
 
     /// A real request got a valid answer (a JSON-RPC error included): the failure run ends.
-    pub fn passive_success(&mut self) {
+    pub(crate) fn passive_success(&mut self) {
         self.passive_streak = 0;
     }
 
     /// The height this node contributes to the pool's view: only while its last active check
     /// answered and it is bootstrapped (a node that has left, or is syncing, does not count).
-    pub fn reported_height(&self) -> Option<u64> {
+    pub(crate) fn reported_height(&self) -> Option<u64> {
         (self.checked && self.bootstrapped && self.fail_streak == 0)
             .then_some(self.height)
             .flatten()
@@ -188,19 +196,19 @@ impl HealthState {
 /// honest majority keeps serving. With one or two nodes there is no majority to believe: the
 /// highest height is the mark and only lag is judged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Heights {
+pub(crate) struct Heights {
     /// The highest plausible height a reporting node has reached (cache validity, "not found"
     /// retries, `/ext/health`).
-    pub best: u64,
+    pub(crate) best: u64,
     /// A node below this lags.
-    pub floor: u64,
+    pub(crate) floor: u64,
     /// A node above this is implausible (`u64::MAX` when there is no quorum to judge by).
-    pub ceiling: u64,
+    pub(crate) ceiling: u64,
 }
 
 impl Heights {
     /// Judges the heights of the nodes that report one now (see [`HealthState::reported_height`]).
-    pub fn judge(reported: &[u64], max_lag: u64) -> Heights {
+    pub(crate) fn judge(reported: &[u64], max_lag: u64) -> Heights {
         let mut sorted = reported.to_vec();
         sorted.sort_unstable_by(|a, b| b.cmp(a));
         let k = sorted.len();
@@ -228,18 +236,18 @@ impl Heights {
     }
 
     /// Whether a node at `height` may take traffic as far as heights go.
-    pub fn admits(&self, height: Option<u64>) -> bool {
+    pub(crate) fn admits(&self, height: Option<u64>) -> bool {
         height.is_some_and(|h| h >= self.floor && h <= self.ceiling)
     }
 
     /// Whether `height` is above what the quorum makes believable.
-    pub fn implausible(&self, height: Option<u64>) -> bool {
+    pub(crate) fn implausible(&self, height: Option<u64>) -> bool {
         height.is_some_and(|h| h > self.ceiling)
     }
 }
 
 /// The selection rule: a node may be picked only when it is healthy and its height is admitted.
-pub fn eligible(state: &HealthState, heights: &Heights) -> bool {
+pub(crate) fn eligible(state: &HealthState, heights: &Heights) -> bool {
     state.healthy && heights.admits(state.height)
 }
 
@@ -327,6 +335,7 @@ mod tests {
     fn categories_name_no_detail() {
         assert_eq!(Fault::Http(500).to_string(), "http 500");
         assert_eq!(Fault::ConnectRefused.to_string(), "connect refused");
+        assert_eq!(Fault::InvalidRequest.to_string(), "invalid request path");
     }
 
     #[test]

@@ -1,0 +1,248 @@
+//! One node behind the gateway ([`Upstream`]): its connections, health record, latency
+//! estimate, pending requests and concurrency slots, and the exchange of one JSON-RPC body with
+//! it ([`Upstream::post`]), whose failure is an [`AttemptError`]: a public [`Fault`] category
+//! plus detail for the logs only.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::StatusCode;
+use parking_lot::Mutex;
+
+use super::balance::{self, PeakEwma};
+use super::conn;
+use super::health::{Fault, HealthState};
+use super::parse_base_url;
+use super::pending::Pending;
+use crate::call::{Answer, AnswerKind, CacheStatus};
+use crate::config::{ForwardConfig, UpstreamConfig};
+use crate::error::ProxyError;
+use crate::metrics::Metrics;
+
+/// Why one attempt on one node failed: the public category, and detail for the logs only (it
+/// may name the node's address, never a body).
+#[derive(Debug, Clone)]
+pub(super) struct AttemptError {
+    pub(super) fault: Fault,
+    pub(super) detail: String,
+}
+
+impl AttemptError {
+    pub(super) fn new(fault: Fault, detail: impl Into<String>) -> AttemptError {
+        AttemptError {
+            fault,
+            detail: detail.into(),
+        }
+    }
+
+    /// The request never left: no connection could be opened.
+    pub(super) fn never_left(&self) -> bool {
+        matches!(
+            self.fault,
+            Fault::ConnectRefused | Fault::ConnectTimeout | Fault::ConnectFailed
+        )
+    }
+
+    pub(super) fn outcome(&self) -> &'static str {
+        match self.fault {
+            Fault::ConnectRefused | Fault::ConnectTimeout | Fault::ConnectFailed => "connect_error",
+            Fault::ConnectionLost | Fault::InvalidHttp => "transport_error",
+            Fault::Timeout => "timeout",
+            Fault::Http(s) if s >= 500 => "http_5xx",
+            Fault::Http(_) => "http_error",
+            Fault::BadAnswer | Fault::TooLarge(_) | Fault::RpcError | Fault::NotBootstrapped => {
+                "bad_answer"
+            }
+            Fault::InvalidRequest => "invalid_request",
+        }
+    }
+
+    /// The client's error: the node's name and the category, nothing the node sent.
+    pub(super) fn into_proxy_error(self, upstream: &str) -> ProxyError {
+        let upstream = upstream.to_string();
+        match self.fault {
+            Fault::Timeout => ProxyError::UpstreamTimeout { upstream },
+            Fault::BadAnswer | Fault::TooLarge(_) | Fault::InvalidHttp => {
+                ProxyError::BadUpstreamAnswer {
+                    upstream,
+                    detail: self.fault.to_string(),
+                }
+            }
+            fault => ProxyError::UpstreamUnavailable {
+                upstream,
+                detail: fault.to_string(),
+            },
+        }
+    }
+}
+
+/// One node behind the gateway.
+pub(crate) struct Upstream {
+    /// The configured name.
+    pub(crate) name: Arc<str>,
+    connections: conn::Connections,
+    pub(super) state: Mutex<HealthState>,
+    pub(super) ewma: Mutex<PeakEwma>,
+    /// Requests waiting for or holding a slot on this node, with their start times.
+    pending: Mutex<Pending>,
+    pub(super) in_flight: AtomicUsize,
+    /// Caps the requests in flight to this node (`[upstream] max_concurrency`).
+    pub(super) permits: tokio::sync::Semaphore,
+    /// This node's metric series, resolved once.
+    pub(super) metrics: UpstreamMetrics,
+}
+
+/// The metric series of one upstream.
+pub(super) struct UpstreamMetrics {
+    pub(super) in_flight: prometheus::IntGauge,
+    pub(super) latency: prometheus::Histogram,
+    pub(super) healthy: prometheus::IntGauge,
+    pub(super) requests: crate::metrics::CounterTable,
+}
+
+/// The values of the `outcome` label of `snowgate_upstream_requests_total`.
+const UPSTREAM_OUTCOMES: &[&str] = &[
+    "ok",
+    "rpc_error",
+    "connect_error",
+    "transport_error",
+    "timeout",
+    "http_5xx",
+    "http_error",
+    "bad_answer",
+    "invalid_request",
+];
+
+impl UpstreamMetrics {
+    fn new(metrics: &Metrics, name: &str) -> UpstreamMetrics {
+        UpstreamMetrics {
+            in_flight: metrics.upstream_in_flight.with_label_values(&[name]),
+            latency: metrics.upstream_latency.with_label_values(&[name]),
+            healthy: metrics.upstream_healthy.with_label_values(&[name]),
+            requests: crate::metrics::CounterTable::new(
+                metrics.upstream_requests.clone(),
+                1,
+                UPSTREAM_OUTCOMES,
+            ),
+        }
+    }
+}
+
+impl Upstream {
+    pub(super) fn new(
+        config: &UpstreamConfig,
+        forward: &ForwardConfig,
+        metrics: &Metrics,
+    ) -> Result<Upstream, String> {
+        let authority = parse_base_url(&config.url)?;
+        let connections = conn::Connections::new(
+            &authority,
+            forward.connect_timeout,
+            forward.pool_max_idle,
+            Duration::from_secs(60),
+        )?;
+        Ok(Upstream {
+            name: config.name.as_str().into(),
+            connections,
+            state: Mutex::new(HealthState::default()),
+            ewma: Mutex::new(PeakEwma::new(Instant::now())),
+            pending: Mutex::new(Pending::default()),
+            in_flight: AtomicUsize::new(0),
+            permits: tokio::sync::Semaphore::new(forward.max_concurrency),
+            metrics: UpstreamMetrics::new(metrics, &config.name),
+        })
+    }
+
+    /// Sends one JSON-RPC body to `path` and returns the answer body (HTTP 200 only).
+    pub(super) async fn post(
+        &self,
+        path: &'static str,
+        body: Vec<u8>,
+        timeout: Duration,
+        max_bytes: usize,
+    ) -> Result<Bytes, AttemptError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let reply = self
+            .connections
+            .post(path, &body, max_bytes, deadline)
+            .await
+            .map_err(|e| match e {
+                conn::SendError::Connect(fault, d) => AttemptError::new(fault, d),
+                conn::SendError::Transport(d) => AttemptError::new(Fault::ConnectionLost, d),
+                conn::SendError::Malformed(d) => AttemptError::new(Fault::InvalidHttp, d),
+                conn::SendError::TooLarge(n) => {
+                    AttemptError::new(Fault::TooLarge(n), format!("answer larger than {n} bytes"))
+                }
+                conn::SendError::Timeout => AttemptError::new(Fault::Timeout, "no answer in time"),
+                conn::SendError::InvalidPath => AttemptError::new(
+                    Fault::InvalidRequest,
+                    format!("request path {path:?} is not valid"),
+                ),
+            })?;
+        if reply.status != StatusCode::OK {
+            // The body is not kept: a node may echo the request, and with it a password.
+            let status = reply.status.as_u16();
+            return Err(AttemptError::new(
+                Fault::Http(status),
+                format!("HTTP status {status}"),
+            ));
+        }
+        Ok(reply.body)
+    }
+
+    pub(super) fn snapshot(&self) -> HealthState {
+        self.state.lock().clone()
+    }
+
+    /// Peak-EWMA load, where a request still in flight counts as at least as slow as its age so
+    /// far: a node that has just turned slow is avoided before its first slow answer arrives.
+    pub(super) fn load(&self) -> f64 {
+        let (count, oldest) = {
+            let p = self.pending.lock();
+            (p.count, p.oldest())
+        };
+        let age = oldest.map_or(0.0, |t| t.elapsed().as_nanos() as f64);
+        balance::load(self.ewma.lock().estimate_ns().max(age), count)
+    }
+
+    /// Registers a request as pending until the guard is dropped (also when its future is
+    /// cancelled, so the count never leaks).
+    pub(super) fn begin(&self, now: Instant) -> PendingGuard<'_> {
+        let seq = self.pending.lock().begin(now);
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        PendingGuard {
+            upstream: self,
+            seq,
+        }
+    }
+}
+
+pub(super) struct PendingGuard<'a> {
+    upstream: &'a Upstream,
+    seq: u64,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.upstream.pending.lock().end(self.seq);
+        self.upstream.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A fresh id for a request to a node: random 64 bits, so a node (or anyone on its connection)
+/// cannot prepare an answer to a request it has not seen.
+pub(super) fn upstream_id() -> u64 {
+    rand::random()
+}
+
+pub(super) fn answer_from(kind: AnswerKind, payload: Bytes, upstream: &Upstream) -> Answer {
+    Answer {
+        kind,
+        payload,
+        upstream: Some(upstream.name.clone()),
+        upstream_height: upstream.state.lock().height,
+        cache: CacheStatus::Bypass,
+    }
+}

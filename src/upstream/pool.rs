@@ -1,0 +1,383 @@
+//! The pool: picking a node for a call, taking one of its concurrency slots (queueing at the pool
+//! when every usable node is full), sending with retries and failover within one deadline, and
+//! calls pinned to one node by `X-Snowgate-Upstream`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::answer;
+use super::health::{self, Fault, HealthState, Heights};
+use super::node::{answer_from, upstream_id, AttemptError, Upstream};
+use super::select::{self, Choice, NodeView};
+use crate::call::{Answer, AnswerKind, RpcCall};
+use crate::config::{ForwardConfig, HealthConfig, LimitsConfig, UpstreamConfig};
+use crate::error::ProxyError;
+use crate::metrics::Metrics;
+
+/// The configured nodes and how to reach them.
+pub struct Pool {
+    pub(super) upstreams: Vec<Arc<Upstream>>,
+    /// [`Heights`], recomputed after every check (three words, read per candidate per request).
+    pub(super) best_height: AtomicU64,
+    pub(super) height_floor: AtomicU64,
+    pub(super) height_ceiling: AtomicU64,
+    pub(super) health: HealthConfig,
+    forward: ForwardConfig,
+    /// Signalled whenever a concurrency slot is released anywhere in the pool.
+    slot_freed: tokio::sync::Notify,
+    /// One client request, all attempts included.
+    deadline: Duration,
+    /// Largest answer accepted from a node.
+    max_response_bytes: usize,
+    pub(super) metrics: Metrics,
+}
+
+impl Pool {
+    /// Builds the pool (no I/O; call [`Pool::spawn_health_checks`] to start checking).
+    pub(crate) fn new(
+        upstreams: &[UpstreamConfig],
+        health: HealthConfig,
+        forward: ForwardConfig,
+        limits: &LimitsConfig,
+        metrics: Metrics,
+    ) -> Result<Pool, String> {
+        let upstreams = upstreams
+            .iter()
+            .map(|u| Upstream::new(u, &forward, &metrics).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        for u in &upstreams {
+            metrics
+                .upstream_healthy
+                .with_label_values(&[&u.name])
+                .set(0);
+        }
+        Ok(Pool {
+            upstreams,
+            best_height: AtomicU64::new(0),
+            height_floor: AtomicU64::new(0),
+            height_ceiling: AtomicU64::new(u64::MAX),
+            health,
+            forward,
+            slot_freed: tokio::sync::Notify::new(),
+            deadline: limits.request_deadline,
+            max_response_bytes: limits.response_bytes,
+            metrics,
+        })
+    }
+
+    /// The highest plausible height the nodes report now (see `health::Heights`).
+    pub fn best_height(&self) -> u64 {
+        self.best_height.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn heights(&self) -> Heights {
+        Heights {
+            best: self.best_height.load(Ordering::Relaxed),
+            floor: self.height_floor.load(Ordering::Relaxed),
+            ceiling: self.height_ceiling.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The upstreams, in configuration order.
+    pub(crate) fn upstreams(&self) -> &[Arc<Upstream>] {
+        &self.upstreams
+    }
+
+    /// Finds an upstream by its configured name.
+    fn by_name(&self, name: &str) -> Option<&Arc<Upstream>> {
+        self.upstreams.iter().find(|u| &*u.name == name)
+    }
+
+    pub(super) fn takes_traffic(&self, state: &HealthState) -> bool {
+        health::eligible(state, &self.heights())
+    }
+
+    /// What the pool knows of each node now, for [`select::choose`]: one lock of each node's
+    /// health record, one vector.
+    fn views(&self, tried: &[usize]) -> Vec<NodeView> {
+        self.upstreams
+            .iter()
+            .enumerate()
+            .map(|(i, u)| {
+                let (healthy, height) = {
+                    let s = u.state.lock();
+                    (s.healthy, s.height)
+                };
+                NodeView {
+                    healthy,
+                    height,
+                    room: u.permits.available_permits() > 0,
+                    tried: tried.contains(&i),
+                }
+            })
+            .collect()
+    }
+
+    /// One attempt of `call` on one upstream, re-encoded with a fresh id, with the bookkeeping
+    /// (in-flight, latency, metrics, passive health).
+    async fn attempt(
+        &self,
+        upstream: &Upstream,
+        call: &RpcCall,
+        timeout: Duration,
+        _slot: Slot<'_>,
+    ) -> Result<(AnswerKind, Bytes), AttemptError> {
+        let id = upstream_id();
+        let body = call.upstream_body(id);
+        let handles = &upstream.metrics;
+        let started = Instant::now();
+        let _pending = upstream.begin(started);
+        handles.in_flight.inc();
+        let _gauge = scopeguard(|| handles.in_flight.dec());
+        let result = upstream
+            .post(
+                call.spec.family.canonical_path(),
+                body,
+                timeout,
+                self.max_response_bytes,
+            )
+            .await
+            .and_then(|b| {
+                answer::check(&b, id).map_err(|why| AttemptError::new(Fault::BadAnswer, why))
+            });
+        let ended = Instant::now();
+        let elapsed = ended.saturating_duration_since(started);
+        upstream.ewma.lock().observe(elapsed, ended);
+        handles.latency.observe(elapsed.as_secs_f64());
+        let outcome = match &result {
+            Ok((AnswerKind::Result, _)) => "ok",
+            Ok((AnswerKind::Error, _)) => "rpc_error",
+            Err(e) => e.outcome(),
+        };
+        handles.requests.inc(0, &[&upstream.name], outcome);
+        match &result {
+            Ok(_) => upstream.state.lock().passive_success(),
+            Err(e) => {
+                // The detail may name the node's address; it never holds a body or params.
+                tracing::warn!(request_id = call.caller.request_id(), upstream = %upstream.name, fault = %e.fault, detail = %e.detail, "upstream attempt failed");
+                let ejected = upstream
+                    .state
+                    .lock()
+                    .passive_failure(e.fault, self.health.passive_failures);
+                if ejected {
+                    tracing::warn!(upstream = %upstream.name, fault = %e.fault, failures = self.health.passive_failures, "upstream taken out after failures in a row");
+                    handles.healthy.set(0);
+                }
+            }
+        }
+        result
+    }
+
+    /// Forwards a call: pick a node, send, check the answer; fail over as the module doc says.
+    pub(crate) async fn forward(&self, call: &RpcCall) -> Result<Answer, ProxyError> {
+        let deadline = Instant::now() + self.deadline;
+        if let Some(pin) = &call.caller.pin {
+            let upstream = self
+                .by_name(pin)
+                .ok_or_else(|| ProxyError::UnknownUpstream(pin.clone()))?;
+            let started = Instant::now();
+            let Ok(Ok(permit)) =
+                tokio::time::timeout(self.deadline, upstream.permits.acquire()).await
+            else {
+                return Err(ProxyError::Overloaded);
+            };
+            let slot = Slot {
+                permit: Some(permit),
+                pool: self,
+                queued: false,
+            };
+            // The attempt's time runs from when it is sent; only the request's deadline cuts it.
+            let timeout = self
+                .attempt_timeout(call)
+                .min(self.deadline.saturating_sub(started.elapsed()));
+            if timeout.is_zero() {
+                return Err(ProxyError::UpstreamTimeout {
+                    upstream: upstream.name.to_string(),
+                });
+            }
+            return match self.attempt(upstream, call, timeout, slot).await {
+                Ok((kind, payload)) => Ok(answer_from(kind, payload, upstream)),
+                Err(e) => Err(e.into_proxy_error(&upstream.name)),
+            };
+        }
+        let min_height = call.requested_height().max(call.route_min_height);
+        let mut tried: Vec<usize> = Vec::new();
+        let mut last_error: Option<ProxyError> = None;
+        let mut last_not_found: Option<Answer> = None;
+        for _ in 0..self.forward.max_attempts {
+            if !tried.is_empty() && Instant::now() >= deadline {
+                // The last attempt ran into the deadline: its error stands.
+                break;
+            }
+            let (index, slot) = match self.take_slot(min_height, &tried, deadline).await {
+                Ok(Some(taken)) => taken,
+                Ok(None) => break,
+                Err(overloaded) => {
+                    last_error = Some(overloaded);
+                    break;
+                }
+            };
+            tried.push(index);
+            let upstream = &self.upstreams[index];
+            // The attempt gets its whole timeout from now (time queued for a slot is not taken
+            // from it), within the request's deadline; a timeout never counts against the node.
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                last_error.get_or_insert(ProxyError::UpstreamTimeout {
+                    upstream: upstream.name.to_string(),
+                });
+                break;
+            }
+            // Under overload a request can reach the head of the queue with less time left than
+            // the node takes to answer: sending it would spend the slot and the node's work on an
+            // answer nobody waits for, and starve the requests behind it. Shed it instead. Only a
+            // request that queued: then the nodes are busy and their estimates keep moving (a
+            // stale estimate from one slow call must not shed a node's every request).
+            if slot.queued {
+                let typical = Duration::from_nanos(upstream.ewma.lock().estimate_ns() as u64);
+                if remaining < typical {
+                    last_error.get_or_insert(ProxyError::Overloaded);
+                    break;
+                }
+            }
+            let timeout = remaining.min(self.attempt_timeout(call));
+            match self.attempt(upstream, call, timeout, slot).await {
+                Ok((kind, payload)) => {
+                    let answer = answer_from(kind, payload, upstream);
+                    if self.should_retry_not_found(call, min_height, &answer) {
+                        last_not_found = Some(answer);
+                        continue;
+                    }
+                    return Ok(answer);
+                }
+                Err(e) => {
+                    let never_left = e.never_left();
+                    let err = e.into_proxy_error(&upstream.name);
+                    if call.spec.side_effect && !never_left {
+                        return Err(err);
+                    }
+                    last_error = Some(err);
+                }
+            }
+        }
+        if let Some(answer) = last_not_found {
+            return Ok(answer);
+        }
+        Err(last_error.unwrap_or(ProxyError::NoHealthyUpstream))
+    }
+
+    /// The time one attempt of `call` may take: the method's own `timeout`, else
+    /// `upstream.request_timeout`.
+    fn attempt_timeout(&self, call: &RpcCall) -> Duration {
+        call.spec.timeout.unwrap_or(self.forward.request_timeout)
+    }
+
+    /// Picks a node and takes one of its concurrency slots. Nodes at their cap are passed over;
+    /// when every usable node is full, the request queues at the pool (not at one node) and takes
+    /// the first slot freed anywhere. `Ok(None)`: no usable node; `Err`: no slot before the
+    /// deadline.
+    async fn take_slot(
+        &self,
+        min_height: Option<u64>,
+        tried: &[usize],
+        deadline: Instant,
+    ) -> Result<Option<(usize, Slot<'_>)>, ProxyError> {
+        // The common case first: a node with room, without registering for a wake-up.
+        let mut waiting = false;
+        loop {
+            let freed = self.slot_freed.notified();
+            tokio::pin!(freed);
+            if waiting {
+                // Registered before looking, so a slot freed meanwhile is not missed.
+                freed.as_mut().enable();
+            }
+            let choice = select::choose(
+                &self.views(tried),
+                &self.heights(),
+                min_height,
+                |i| self.upstreams[i].load(),
+                &mut rand::thread_rng(),
+            );
+            match choice {
+                Choice::NoNode => return Ok(None),
+                Choice::Node(index) => {
+                    if let Ok(permit) = self.upstreams[index].permits.try_acquire() {
+                        return Ok(Some((
+                            index,
+                            Slot {
+                                permit: Some(permit),
+                                pool: self,
+                                queued: waiting,
+                            },
+                        )));
+                    }
+                    // Taken meanwhile by another request: choose again.
+                    continue;
+                }
+                Choice::Full => {}
+            }
+            if !waiting {
+                // All full: look again, this time registered for the next freed slot.
+                waiting = true;
+                continue;
+            }
+            if tokio::time::timeout_at(deadline.into(), freed)
+                .await
+                .is_err()
+            {
+                return Err(ProxyError::Overloaded);
+            }
+        }
+    }
+
+    /// A "not found" for a height the pool has already reached means this node is behind: ask
+    /// another one.
+    fn should_retry_not_found(
+        &self,
+        call: &RpcCall,
+        min_height: Option<u64>,
+        answer: &Answer,
+    ) -> bool {
+        let Some(h) = min_height else { return false };
+        if answer.kind != AnswerKind::Error || h > self.best_height() {
+            return false;
+        }
+        answer::error_message(&answer.payload)
+            .is_some_and(|m| m.contains("not found") || m.contains("unfinalized height"))
+            && call.caller.pin.is_none()
+    }
+}
+
+/// A concurrency slot on one upstream; releasing it wakes one request queued at the pool.
+struct Slot<'a> {
+    permit: Option<tokio::sync::SemaphorePermit<'a>>,
+    pool: &'a Pool,
+    /// Every usable node was full when the request looked: it waited for this slot.
+    queued: bool,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        // Return the permit first: the woken request must find the room.
+        drop(self.permit.take());
+        self.pool.slot_freed.notify_one();
+    }
+}
+
+/// Runs `f` when dropped.
+struct OnDrop<F: FnOnce()>(Option<F>);
+
+impl<F: FnOnce()> Drop for OnDrop<F> {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f();
+        }
+    }
+}
+
+fn scopeguard<F: FnOnce()>(f: F) -> OnDrop<F> {
+    OnDrop(Some(f))
+}

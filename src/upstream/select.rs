@@ -1,0 +1,230 @@
+//! Which node may take a call, as a pure function over what the pool knows of each node at that
+//! moment ([`NodeView`]: plain data, no `Pool`, no runtime), so the rules are unit- and
+//! property-tested on their own; [`super::pool`] builds the views and takes the slot.
+//!
+//! A node may take a call when it is healthy, its height is admitted (within `max_lag_blocks` of
+//! the quorum height, not implausibly ahead: [`Heights::admits`], the rule of
+//! [`health::eligible`](super::health::eligible)) and it has not been tried for this call. Among
+//! those, it must have a free concurrency slot: when none has, the call waits for one. Among those
+//! with a slot, it must have reached the height the call needs, while at least one of them has;
+//! otherwise a node without the height takes the call, and its "not found" sends the call on to
+//! another node (`Pool::should_retry_not_found`). The call does not wait for a busy node that has
+//! the height while another has room: a queued call is woken by whichever slot frees first (one
+//! `Notify` for the pool), and one that declined the slot it was woken for would swallow the
+//! wake-up of a waiter that could use it. Among the nodes that qualify, [`balance::pick_p2c`]
+//! picks by load. Calls pinned to one node by `X-Snowgate-Upstream` skip this choice: the admin
+//! named the node, healthy or not, and the call waits for that node's own slot.
+
+use rand::Rng;
+
+use super::balance;
+use super::health::Heights;
+
+/// What the pool knows of one node when it chooses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NodeView {
+    /// Passing its health checks (and not taken out by passive failures).
+    pub(crate) healthy: bool,
+    /// The height it last reported.
+    pub(crate) height: Option<u64>,
+    /// One of its concurrency slots (`[upstream] max_concurrency`) is free.
+    pub(crate) room: bool,
+    /// Already tried for this call (a retry goes elsewhere).
+    pub(crate) tried: bool,
+}
+
+/// The outcome of a choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Choice {
+    /// Send to this node (its index in the views).
+    Node(usize),
+    /// Some node may take the call, but every one that may is at its concurrency limit: wait for
+    /// a slot to be freed, then choose again.
+    Full,
+    /// No node may take the call.
+    NoNode,
+}
+
+/// Chooses the node for a call needing `min_height` among `nodes`, given the pool's
+/// [`Heights`]; `load(i)` (the node's peak-EWMA load) is asked only of the two nodes power of
+/// two choices samples, and not at all when one node qualifies.
+pub(crate) fn choose(
+    nodes: &[NodeView],
+    heights: &Heights,
+    min_height: Option<u64>,
+    load: impl Fn(usize) -> f64,
+    rng: &mut impl Rng,
+) -> Choice {
+    let usable = |n: &NodeView| !n.tried && n.healthy && heights.admits(n.height);
+    let reaches = |n: &NodeView| min_height.map_or(true, |h| n.height.is_some_and(|x| x >= h));
+    if !nodes.iter().any(usable) {
+        return Choice::NoNode;
+    }
+    let ready = |n: &NodeView| usable(n) && n.room;
+    // The height is required only when a node with room has it (see the module doc).
+    let height_required = nodes.iter().any(|n| ready(n) && reaches(n));
+    let qualifies = |n: &NodeView| ready(n) && (!height_required || reaches(n));
+    // The qualifying nodes by rank, without collecting them: a pool has a handful of nodes.
+    let nth = |k: usize| {
+        nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| qualifies(n))
+            .nth(k)
+            .map(|(i, _)| i)
+    };
+    let count = nodes.iter().filter(|n| qualifies(n)).count();
+    let rank = balance::pick_p2c(count, |k| nth(k).map_or(f64::INFINITY, &load), rng);
+    match rank.and_then(nth) {
+        Some(i) => Choice::Node(i),
+        None => Choice::Full,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use rand::SeedableRng;
+
+    fn node(healthy: bool, height: u64, room: bool) -> NodeView {
+        NodeView {
+            healthy,
+            height: Some(height),
+            room,
+            tried: false,
+        }
+    }
+
+    fn choose_seeded(nodes: &[NodeView], heights: &Heights, min: Option<u64>) -> Choice {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+        choose(nodes, heights, min, |_| 1.0, &mut rng)
+    }
+
+    const HEIGHTS: Heights = Heights {
+        best: 100,
+        floor: 98,
+        ceiling: u64::MAX,
+    };
+
+    #[test]
+    fn only_a_healthy_admitted_untried_node_with_room_is_chosen() {
+        let nodes = [
+            node(false, 100, true),
+            node(true, 97, true),
+            node(true, 100, false),
+            NodeView {
+                tried: true,
+                ..node(true, 100, true)
+            },
+            node(true, 99, true),
+        ];
+        for _ in 0..20 {
+            assert_eq!(choose_seeded(&nodes, &HEIGHTS, None), Choice::Node(4));
+        }
+    }
+
+    #[test]
+    fn every_usable_node_full_is_a_wait_and_none_usable_is_no_node() {
+        let full = [node(true, 100, false), node(false, 100, true)];
+        assert_eq!(choose_seeded(&full, &HEIGHTS, None), Choice::Full);
+        let none = [node(false, 100, true), node(true, 10, true)];
+        assert_eq!(choose_seeded(&none, &HEIGHTS, None), Choice::NoNode);
+        assert_eq!(choose_seeded(&[], &HEIGHTS, None), Choice::NoNode);
+    }
+
+    #[test]
+    fn a_needed_height_goes_to_a_node_with_room_that_has_it_else_to_any_with_room() {
+        let nodes = [node(true, 99, true), node(true, 100, true)];
+        for _ in 0..20 {
+            assert_eq!(choose_seeded(&nodes, &HEIGHTS, Some(100)), Choice::Node(1));
+        }
+        // The node that has it is full: the call is not held back from the one with room (whose
+        // "not found" the pool retries elsewhere).
+        let nodes = [node(true, 99, true), node(true, 100, false)];
+        assert_eq!(choose_seeded(&nodes, &HEIGHTS, Some(100)), Choice::Node(0));
+        // Beyond every node: any node answers (its "not found" is the answer).
+        let nodes = [node(true, 99, true), node(true, 100, true)];
+        assert!(choose_seeded(&nodes, &HEIGHTS, Some(500)).is_node());
+    }
+
+    #[test]
+    fn the_less_loaded_of_two_is_chosen() {
+        let nodes = [node(true, 100, true), node(true, 100, true)];
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+        for _ in 0..50 {
+            let load = |i: usize| if i == 0 { 10.0 } else { 1.0 };
+            assert_eq!(
+                choose(&nodes, &HEIGHTS, None, load, &mut rng),
+                Choice::Node(1)
+            );
+        }
+    }
+
+    impl Choice {
+        fn is_node(self) -> bool {
+            matches!(self, Choice::Node(_))
+        }
+    }
+
+    fn view() -> impl Strategy<Value = NodeView> {
+        (
+            any::<bool>(),
+            proptest::option::of(0u64..40),
+            any::<bool>(),
+            proptest::bool::weighted(0.2),
+        )
+            .prop_map(|(healthy, height, room, tried)| NodeView {
+                healthy,
+                height,
+                room,
+                tried,
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn no_unhealthy_lagging_full_tried_or_too_low_node_is_chosen_and_one_is_when_any_qualifies(
+            nodes in proptest::collection::vec(view(), 0..8),
+            max_lag in 0u64..6,
+            min_height in proptest::option::of(0u64..45),
+            seed in any::<u64>(),
+            loads in proptest::collection::vec(0.0f64..1e6, 8),
+        ) {
+            // The pool's heights as the health checks judge them, from the healthy nodes.
+            let reported: Vec<u64> =
+                nodes.iter().filter(|n| n.healthy).filter_map(|n| n.height).collect();
+            let heights = Heights::judge(&reported, max_lag);
+            let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+            let choice = choose(&nodes, &heights, min_height, |i| loads[i], &mut rng);
+
+            let usable = |n: &NodeView| !n.tried && n.healthy && heights.admits(n.height);
+            let reaches = |n: &NodeView| {
+                min_height.map_or(true, |h| n.height.is_some_and(|x| x >= h))
+            };
+            let ready = |n: &NodeView| usable(n) && n.room;
+            let some_ready_reaches = nodes.iter().any(|n| ready(n) && reaches(n));
+            let qualifies = |n: &NodeView| ready(n) && (reaches(n) || !some_ready_reaches);
+            match choice {
+                Choice::Node(i) => {
+                    let n = &nodes[i];
+                    prop_assert!(n.healthy, "unhealthy");
+                    prop_assert!(!n.tried, "tried");
+                    prop_assert!(n.room, "full");
+                    let h = n.height.unwrap_or_default();
+                    prop_assert!(h >= heights.floor, "lagging");
+                    prop_assert!(h <= heights.ceiling, "implausible");
+                    if some_ready_reaches {
+                        prop_assert!(reaches(n), "below the needed height");
+                    }
+                }
+                Choice::Full => {
+                    prop_assert!(nodes.iter().any(usable));
+                    prop_assert!(!nodes.iter().any(ready), "a usable node had room");
+                    prop_assert!(!nodes.iter().any(qualifies), "a node qualified");
+                }
+                Choice::NoNode => prop_assert!(!nodes.iter().any(usable)),
+            }
+        }
+    }
+}

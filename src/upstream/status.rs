@@ -1,0 +1,71 @@
+//! What `/ext/health` shows of the pool: per node its health, height and last fault category
+//! (never an address or a body), and whether the pool as a whole takes traffic.
+
+use std::sync::atomic::Ordering;
+
+use serde::Serialize;
+
+use super::pool::Pool;
+
+/// The state of one upstream as `/ext/health` shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UpstreamStatus {
+    pub name: String,
+    /// Passing its health checks.
+    pub healthy: bool,
+    /// Healthy and its height admitted (within `max_lag_blocks` of the quorum height): receives
+    /// requests.
+    pub takes_traffic: bool,
+    /// Its height is implausibly far ahead of what the other nodes report: it takes no traffic.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub implausible_height: bool,
+    pub bootstrapped: bool,
+    pub height: Option<u64>,
+    pub in_flight: usize,
+    /// Why its last check or request failed: a fixed category (`connect refused`, `timeout`,
+    /// `http 500`, `bad answer`, `not bootstrapped`, ...), never an address or a body.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// The pool's state as `/ext/health` shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolStatus {
+    pub healthy: bool,
+    /// snowgate is shutting down: load balancers should stop sending.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub draining: bool,
+    pub best_height: u64,
+    pub upstreams: Vec<UpstreamStatus>,
+}
+
+impl Pool {
+    /// The pool's state for `/ext/health`.
+    pub fn status(&self) -> PoolStatus {
+        let upstreams: Vec<UpstreamStatus> = self
+            .upstreams
+            .iter()
+            .map(|u| {
+                let s = u.snapshot();
+                UpstreamStatus {
+                    name: u.name.to_string(),
+                    healthy: s.healthy,
+                    takes_traffic: self.takes_traffic(&s),
+                    implausible_height: self.heights().implausible(s.height),
+                    bootstrapped: s.bootstrapped,
+                    height: s.height,
+                    in_flight: u.in_flight.load(Ordering::Relaxed),
+                    last_error: s.last_error.map(|f| f.to_string()),
+                }
+            })
+            .collect();
+        PoolStatus {
+            healthy: upstreams.iter().any(|u| u.takes_traffic),
+            draining: false,
+            best_height: self.best_height(),
+            upstreams,
+        }
+    }
+}
