@@ -61,9 +61,7 @@ pub fn serve_config(args: &ServeArgs) -> anyhow::Result<Config> {
             })
             .collect();
     }
-    config
-        .validate()
-        .map_err(|(key, msg)| anyhow::anyhow!("`{key}`: {msg}"))?;
+    config.validate()?;
     if config.upstreams.is_empty() {
         anyhow::bail!("no upstreams: add [[upstreams]] to the config or pass --upstream URL");
     }

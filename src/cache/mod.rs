@@ -46,47 +46,16 @@ use futures_util::future::{self, Either, FutureExt, Ready};
 use moka::future::Cache as Moka;
 use moka::notification::RemovalCause;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
-use serde::Deserialize;
 use tower::{Layer, Service, ServiceExt};
 use tracing::Instrument;
 
 use crate::call::{Answer, AnswerKind, CacheStatus, RpcCall};
+use crate::config::CacheConfig;
 use crate::error::ProxyError;
 use crate::methods::CacheClass;
 use crate::metrics::Metrics;
 use crate::upstream::Pool;
 use rules::Ttls;
-
-/// `[cache]` in the config.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct CacheConfig {
-    /// `false` turns the layer off (every answer `X-Cache: BYPASS`).
-    pub enabled: bool,
-    /// Bound on the bytes of keys and answers held (plus a fixed per-entry overhead).
-    pub max_bytes: u64,
-    /// Cap on head-class entries (they also end when the best height moves).
-    #[serde(with = "humantime_serde")]
-    pub head_ttl: Duration,
-    /// Lifetime of network-class entries.
-    #[serde(with = "humantime_serde")]
-    pub network_ttl: Duration,
-    /// Lifetime of volatile-class entries.
-    #[serde(with = "humantime_serde")]
-    pub volatile_ttl: Duration,
-}
-
-impl Default for CacheConfig {
-    fn default() -> Self {
-        CacheConfig {
-            enabled: true,
-            max_bytes: 256 * 1024 * 1024,
-            head_ttl: Duration::from_secs(2),
-            network_ttl: Duration::from_secs(600),
-            volatile_ttl: Duration::from_secs(1),
-        }
-    }
-}
 
 /// What the weigher charges each entry on top of its key and answer (moka's node, the Arc'd
 /// key, the value struct).

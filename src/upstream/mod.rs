@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{StatusCode, Uri};
+use http::StatusCode;
 use parking_lot::Mutex;
 use serde::Serialize;
 
@@ -37,25 +37,6 @@ use crate::error::ProxyError;
 use crate::metrics::Metrics;
 use balance::PeakEwma;
 use health::{Check, Fault, HealthState, Heights, Thresholds};
-
-/// Checks a node base URL: `http://host:port` with no path, query or credentials. Returns the
-/// authority to send requests to.
-pub fn parse_base_url(url: &str) -> Result<http::uri::Authority, String> {
-    let uri: Uri = url.parse().map_err(|e| format!("not a URL: {e}"))?;
-    match uri.scheme_str() {
-        Some("http") => {}
-        Some(other) => return Err(format!("scheme {other:?} is not supported (use http)")),
-        None => return Err("missing scheme (use http://host:port)".into()),
-    }
-    let authority = uri.authority().cloned().ok_or("missing host")?;
-    if authority.as_str().contains('@') {
-        return Err("credentials in the URL are not supported".into());
-    }
-    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
-        return Err("give the node's base URL only (no path or query)".into());
-    }
-    Ok(authority)
-}
 
 /// Why one attempt on one node failed: the public category, and detail for the logs only (it
 /// may name the node's address, never a body).
@@ -170,7 +151,7 @@ impl Upstream {
         forward: &ForwardConfig,
         metrics: &Metrics,
     ) -> Result<Upstream, String> {
-        let authority = parse_base_url(&config.url)?;
+        let authority = crate::config::parse_base_url(&config.url)?;
         let connections = conn::Connections::new(
             &authority,
             forward.connect_timeout,
@@ -906,16 +887,6 @@ fn answer_from(kind: AnswerKind, payload: Bytes, upstream: &Upstream) -> Answer 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn base_urls() {
-        assert!(parse_base_url("http://10.0.0.5:9650").is_ok());
-        assert!(parse_base_url("http://10.0.0.5:9650/").is_ok());
-        assert!(parse_base_url("https://x:1").is_err());
-        assert!(parse_base_url("http://x:1/ext/bc/P").is_err());
-        assert!(parse_base_url("10.0.0.5:9650").is_err());
-        assert!(parse_base_url("http://u:p@x:1").is_err());
-    }
 
     #[test]
     fn pending_requests_keep_the_oldest_start_in_any_end_order() {

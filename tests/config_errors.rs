@@ -1,0 +1,62 @@
+//! Each configuration error names its own key, the same way through `snowgate check FILE` (exit
+//! status 1, the key on stderr) and through `Config::parse`; a file `check` accepts is one `serve`
+//! runs.
+#![allow(clippy::unwrap_used)]
+
+use std::process::{Command, Output};
+
+/// One node with a port, so that only the key under test is wrong.
+const NODE: &str = "[[upstreams]]\nname = \"a\"\nurl = \"http://127.0.0.1:9651\"\n";
+
+/// Runs `snowgate ARGS --config FILE` on `text` written to a fresh file named after `test`.
+fn run(test: &str, args: &[&str], text: &str) -> Output {
+    let dir = std::env::temp_dir().join(format!("snowgate-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("snowgate.toml");
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_snowgate"))
+        .args(args)
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
+/// `snowgate check` refuses `text`, and both it and `Config::parse` name `key` (the parse error
+/// names exactly that key).
+fn refused_naming(test: &str, text: &str, key: &str) -> String {
+    let out = run(test, &["check"], text);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(1), "{text}: {out:?}");
+    assert!(stderr.contains(&format!("`{key}`")), "{text}: {stderr}");
+    let e = snowgate::Config::parse(text, "t.toml").unwrap_err();
+    assert_eq!(e.key(), Some(key), "{text}: {e}");
+    e.to_string()
+}
+
+#[test]
+fn a_zero_connect_timeout_is_reported_under_its_own_key() {
+    refused_naming(
+        "connect-timeout",
+        &format!("{NODE}[upstream]\nconnect_timeout = \"0s\"\n"),
+        "upstream.connect_timeout",
+    );
+}
+
+#[test]
+fn a_zero_head_ttl_is_reported_under_cache_head_ttl() {
+    refused_naming(
+        "head-ttl",
+        &format!("{NODE}[cache]\nhead_ttl = \"0s\"\n"),
+        "cache.head_ttl",
+    );
+    for key in ["network_ttl", "volatile_ttl"] {
+        refused_naming(
+            key,
+            &format!("{NODE}[cache]\n{key} = \"0s\"\n"),
+            &format!("cache.{key}"),
+        );
+    }
+}
