@@ -60,3 +60,12 @@ fn a_zero_head_ttl_is_reported_under_cache_head_ttl() {
         );
     }
 }
+
+#[test]
+fn an_upstream_url_without_a_port_is_an_error() {
+    // Before, it was accepted and the node was called on port 80.
+    let text = "[[upstreams]]\nname = \"a\"\nurl = \"http://127.0.0.1:9651\"\n\
+                [[upstreams]]\nname = \"b\"\nurl = \"http://10.0.0.5\"\n";
+    let e = refused_naming("no-port", text, "upstreams[1].url");
+    assert!(e.contains("http://10.0.0.5:9650"), "{e}");
+}

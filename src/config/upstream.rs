@@ -20,7 +20,8 @@ pub struct UpstreamConfig {
 }
 
 /// Checks a node base URL: `http://host:port` with no path, query or credentials. Returns the
-/// authority to send requests to.
+/// authority to send requests to. The port is required: an avalanchego node listens on 9650, not
+/// on HTTP's 80, so a URL without one is almost surely a mistake.
 pub fn parse_base_url(url: &str) -> Result<http::uri::Authority, String> {
     let uri: Uri = url.parse().map_err(|e| format!("not a URL: {e}"))?;
     match uri.scheme_str() {
@@ -34,6 +35,14 @@ pub fn parse_base_url(url: &str) -> Result<http::uri::Authority, String> {
     }
     if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
         return Err("give the node's base URL only (no path or query)".into());
+    }
+    match authority.port_u16() {
+        None => {
+            let host = authority.host();
+            return Err(format!("missing port (say http://{host}:9650)"));
+        }
+        Some(0) => return Err("port 0 is not a port a node listens on".into()),
+        Some(_) => {}
     }
     Ok(authority)
 }
@@ -182,5 +191,16 @@ mod tests {
         assert!(parse_base_url("http://x:1/ext/bc/P").is_err());
         assert!(parse_base_url("10.0.0.5:9650").is_err());
         assert!(parse_base_url("http://u:p@x:1").is_err());
+        assert!(parse_base_url("http://[::1]:9650").is_ok());
+        for no_port in [
+            "http://10.0.0.5",
+            "http://10.0.0.5/",
+            "http://node-a:",
+            "http://[::1]",
+        ] {
+            let e = parse_base_url(no_port).unwrap_err();
+            assert!(e.contains("missing port"), "{no_port}: {e}");
+        }
+        assert!(parse_base_url("http://x:0").is_err());
     }
 }
