@@ -69,3 +69,15 @@ fn an_upstream_url_without_a_port_is_an_error() {
     let e = refused_naming("no-port", text, "upstreams[1].url");
     assert!(e.contains("http://10.0.0.5:9650"), "{e}");
 }
+
+#[test]
+fn the_placeholder_admin_key_of_the_examples_is_an_error() {
+    let text = format!(
+        "{NODE}[admin]\napi_keys = [\"a-real-key-0123456789abcdef\", \"{}\"]\n",
+        snowgate::config::admin::PLACEHOLDER_KEY
+    );
+    let e = refused_naming("placeholder", &text, "admin.api_keys[1]");
+    assert!(e.contains("placeholder"), "{e}");
+    // Never the key itself, even a placeholder.
+    assert!(!e.contains("replace-me"), "{e}");
+}

@@ -25,11 +25,27 @@ impl std::fmt::Debug for AdminConfig {
     }
 }
 
+/// The admin key `config/public-endpoint.toml` ships with. Anyone can read it there, so a copy of
+/// that file put to use unchanged must not start: any key containing `replace-me` is refused.
+pub const PLACEHOLDER_KEY: &str = "replace-me-with-a-long-random-key";
+
 impl AdminConfig {
     /// Checks `[admin]`; the error names the key and never shows a key's value.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.api_keys.iter().any(|k| k.len() < 16) {
-            return invalid("admin.api_keys", "every key must be at least 16 characters");
+        for (i, key) in self.api_keys.iter().enumerate() {
+            if key.len() < 16 {
+                return invalid(
+                    format!("admin.api_keys[{i}]"),
+                    "every key must be at least 16 characters",
+                );
+            }
+            if key.to_ascii_lowercase().contains("replace-me") {
+                return invalid(
+                    format!("admin.api_keys[{i}]"),
+                    "is the example's placeholder: set a real key (e.g. the output of \
+                     `openssl rand -hex 32`) and keep it secret",
+                );
+            }
         }
         Ok(())
     }
