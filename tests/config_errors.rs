@@ -81,3 +81,64 @@ fn the_placeholder_admin_key_of_the_examples_is_an_error() {
     // Never the key itself, even a placeholder.
     assert!(!e.contains("replace-me"), "{e}");
 }
+
+/// Runs `snowgate serve --config FILE` on `text`, expecting it to refuse the file and exit: waits
+/// at most 30 s, then kills it and fails.
+fn serve_refuses(test: &str, text: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("snowgate-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("snowgate.toml");
+    std::fs::write(&path, text).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_snowgate"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env("RUST_LOG", "error")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > std::time::Duration::from_secs(30) {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = std::fs::remove_dir_all(&dir);
+            panic!("serve started with {text:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!status.success(), "{text}");
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+#[test]
+fn check_refuses_a_file_without_upstreams_as_serve_does() {
+    // Before, `check` passed it and `serve` refused it.
+    let text = "[server]\nlisten = \"127.0.0.1:0\"\n[rate_limit]\nenabled = false\n";
+    let e = refused_naming("no-upstreams", text, "upstreams");
+    assert!(e.contains("--upstream"), "{e}");
+    let served = serve_refuses("no-upstreams-serve", text);
+    assert!(served.contains("`upstreams`"), "{served}");
+}
+
+#[test]
+fn check_refuses_numbers_serve_cannot_start_with() {
+    // Past what a tokio semaphore holds: `serve` panicked in its accept loop or building the
+    // pool, while `check` passed the file.
+    let huge = 1u64 << 62;
+    for (section, key) in [
+        ("limits", "max_connections"),
+        ("upstream", "max_concurrency"),
+    ] {
+        let text =
+            format!("[server]\nlisten = \"127.0.0.1:0\"\n{NODE}[{section}]\n{key} = {huge}\n");
+        refused_naming(key, &text, &format!("{section}.{key}"));
+        let served = serve_refuses(&format!("{key}-serve"), &text);
+        assert!(served.contains(&format!("`{section}.{key}`")), "{served}");
+    }
+}

@@ -91,6 +91,13 @@ impl LimitsConfig {
                 return invalid(key, "must be greater than zero");
             }
         }
+        // The server counts connections with a semaphore, which holds at most this many.
+        if self.max_connections > tokio::sync::Semaphore::MAX_PERMITS {
+            return invalid(
+                "limits.max_connections",
+                format!("must be at most {}", tokio::sync::Semaphore::MAX_PERMITS),
+            );
+        }
         if self.depth < 3 {
             return invalid(
                 "limits.depth",

@@ -158,8 +158,9 @@ impl Config {
     }
 
     /// Everything serde cannot check, section by section: the one validation `snowgate check`,
-    /// `snowgate serve` and [`crate::gateway::assemble`] share. The error names the first
-    /// offending key.
+    /// `snowgate serve` and [`crate::gateway::assemble`] share, so that a config it accepts is one
+    /// the gateway starts with (at least one upstream, every number within what the runtime
+    /// accepts). The error names the first offending key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         upstream::validate_upstreams(&self.upstreams)?;
         self.health.validate()?;
@@ -177,6 +178,13 @@ impl Config {
         self.cache.validate()?;
         self.admin.validate()?;
         methods::validate(&self.methods)?;
+        // Last, so that a file made to show one error (as the tests' are) reports that one.
+        if self.upstreams.is_empty() {
+            return invalid(
+                "upstreams",
+                "no upstreams: add [[upstreams]] tables (or pass --upstream URL to snowgate serve)",
+            );
+        }
         Ok(())
     }
 }
@@ -186,6 +194,9 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    /// One valid node: a file needs at least one.
+    const NODE: &str = "[[upstreams]]\nname = \"a\"\nurl = \"http://127.0.0.1:9651\"\n";
 
     #[test]
     fn unknown_keys_are_errors() {
@@ -221,7 +232,7 @@ mod tests {
                 "access = \"keystore\"\ncache = \"head\"",
             ),
         ] {
-            let text = format!("[methods.\"{name}\"]\n{table}\n");
+            let text = format!("{NODE}[methods.\"{name}\"]\n{table}\n");
             let e = Config::parse(&text, "t.toml").unwrap_err().to_string();
             assert!(
                 e.contains(&format!("methods.\"{name}\".cache")),
@@ -233,19 +244,21 @@ mod tests {
             "[methods.\"platform.getHeight\"]\ncache = \"volatile\"\n",
             "[methods.\"platform.getHeight\"]\naccess = \"node_specific\"\ncache = \"never\"\n",
         ] {
-            Config::parse(ok, "t.toml").unwrap();
+            Config::parse(&format!("{NODE}{ok}"), "t.toml").unwrap();
         }
     }
 
     #[test]
     fn durations_are_strings() {
-        let c = Config::parse("[health]\ninterval = \"250ms\"\n", "t.toml").unwrap();
+        let text = format!("{NODE}[health]\ninterval = \"250ms\"\ntimeout = \"250ms\"\n");
+        let c = Config::parse(&text, "t.toml").unwrap();
         assert_eq!(c.health.interval, Duration::from_millis(250));
     }
 
     #[test]
     fn admin_keys_are_not_debug_printed() {
-        let c = Config::parse("[admin]\napi_keys = [\"supersecretkey-123456\"]\n", "t").unwrap();
+        let text = format!("{NODE}[admin]\napi_keys = [\"supersecretkey-123456\"]\n");
+        let c = Config::parse(&text, "t").unwrap();
         assert!(!format!("{c:?}").contains("supersecret"));
     }
 }

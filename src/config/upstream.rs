@@ -30,6 +30,10 @@ pub fn parse_base_url(url: &str) -> Result<http::uri::Authority, String> {
         None => return Err("missing scheme (use http://host:port)".into()),
     }
     let authority = uri.authority().cloned().ok_or("missing host")?;
+    // What the pool's connections send as the Host header.
+    if authority.as_str().bytes().any(|b| !b.is_ascii_graphic()) {
+        return Err("the host must be printable ASCII".into());
+    }
     if authority.as_str().contains('@') {
         return Err("credentials in the URL are not supported".into());
     }
@@ -174,6 +178,13 @@ impl ForwardConfig {
         }
         if self.max_concurrency == 0 {
             return invalid("upstream.max_concurrency", "must be at least 1");
+        }
+        // Each node's slots are a semaphore, which holds at most this many.
+        if self.max_concurrency > tokio::sync::Semaphore::MAX_PERMITS {
+            return invalid(
+                "upstream.max_concurrency",
+                format!("must be at most {}", tokio::sync::Semaphore::MAX_PERMITS),
+            );
         }
         Ok(())
     }
