@@ -142,3 +142,16 @@ fn check_refuses_numbers_serve_cannot_start_with() {
         assert!(served.contains(&format!("`{section}.{key}`")), "{served}");
     }
 }
+
+#[test]
+fn a_health_timeout_longer_than_its_interval_is_an_error() {
+    let text = format!("{NODE}[health]\ninterval = \"1s\"\ntimeout = \"1500ms\"\n");
+    let e = refused_naming("health-timeout", &text, "health.timeout");
+    assert!(e.contains("health.interval"), "{e}");
+    // A timeout equal to the interval is fine.
+    snowgate::Config::parse(
+        &format!("{NODE}[health]\ninterval = \"1s\"\ntimeout = \"1s\"\n"),
+        "t.toml",
+    )
+    .unwrap();
+}

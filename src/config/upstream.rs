@@ -121,6 +121,11 @@ impl HealthConfig {
         if self.timeout.is_zero() {
             return invalid("health.timeout", "must be greater than zero");
         }
+        // A node's checks run one after another: a check allowed to outlast the interval would
+        // stretch it, and a dead node would be judged later than `interval` promises.
+        if self.timeout > self.interval {
+            return invalid("health.timeout", "must be at most health.interval");
+        }
         if self.failure_threshold == 0 {
             return invalid("health.failure_threshold", "must be at least 1");
         }
