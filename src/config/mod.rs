@@ -158,7 +158,7 @@ impl Config {
     }
 
     /// Everything serde cannot check, section by section: the one validation `snowgate check`,
-    /// `snowgate serve` and [`crate::gateway::assemble`] share, so that a config it accepts is one
+    /// `snowgate serve` and `gateway::assemble` share, so that a config it accepts is one
     /// the gateway starts with (at least one upstream, every number within what the runtime
     /// accepts). The error names the first offending key.
     pub fn validate(&self) -> Result<(), ConfigError> {

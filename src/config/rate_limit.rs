@@ -6,8 +6,8 @@ use serde::Deserialize;
 
 use super::{invalid, ConfigError};
 use crate::methods::Registry;
-// The one piece of `[rate_limit]` still defined in its layer; see the module doc of
-// `ratelimit::client`.
+// Still defined in `ratelimit::client`, the one import of a layer left in `config`: moving the
+// enum here needs that file changed too (left to its owner).
 pub use crate::ratelimit::client::ClientIpHeader;
 
 /// `[rate_limit]` in the config.
