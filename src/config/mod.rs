@@ -249,6 +249,22 @@ mod tests {
     }
 
     #[test]
+    fn validate_and_parse_name_the_same_key() {
+        // Built in code (as `serve` after its flags): no file to name.
+        let e = Config::default().validate().unwrap_err();
+        assert_eq!(e.key(), Some("upstreams"));
+        assert!(e.to_string().starts_with("`upstreams`: "), "{e}");
+        // Read from a file: the file, then the key.
+        let e = Config::parse("", "t.toml").unwrap_err();
+        assert_eq!(e.key(), Some("upstreams"));
+        assert!(e.to_string().starts_with("t.toml: `upstreams`: "), "{e}");
+        let e = Config::parse("[helth]\n", "t.toml").unwrap_err();
+        assert_eq!(e.key(), None, "{e}");
+        // Unvalidated, for callers that change it first.
+        assert!(Config::from_toml("", "t.toml").is_ok());
+    }
+
+    #[test]
     fn durations_are_strings() {
         let text = format!("{NODE}[health]\ninterval = \"250ms\"\ntimeout = \"250ms\"\n");
         let c = Config::parse(&text, "t.toml").unwrap();
