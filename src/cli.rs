@@ -32,7 +32,7 @@ pub struct CheckArgs {
 /// The effective config of `serve`: the file (if any) with the flags applied on top.
 pub fn serve_config(args: &ServeArgs) -> anyhow::Result<Config> {
     let mut config = match &args.config {
-        Some(path) => Config::load(path)?,
+        Some(path) => Config::read(path)?,
         None => Config::default(),
     };
     if let Some(listen) = args.listen {
@@ -49,12 +49,7 @@ pub fn serve_config(args: &ServeArgs) -> anyhow::Result<Config> {
             })
             .collect();
     }
-    config
-        .validate()
-        .map_err(|(key, msg)| anyhow::anyhow!("`{key}`: {msg}"))?;
-    if config.upstreams.is_empty() {
-        anyhow::bail!("no upstreams: add [[upstreams]] to the config or pass --upstream URL");
-    }
+    config.validate()?;
     Ok(config)
 }
 

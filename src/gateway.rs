@@ -139,9 +139,7 @@ pub async fn assemble(
     config: &Config,
     background: Option<watch::Receiver<bool>>,
 ) -> anyhow::Result<Parts> {
-    config
-        .validate()
-        .map_err(|(key, msg)| anyhow::anyhow!("`{key}`: {msg}"))?;
+    config.validate()?;
     let metrics = Metrics::new();
     let pool = Arc::new(
         Pool::new(

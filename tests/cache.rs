@@ -189,6 +189,7 @@ async fn a_processing_status_is_not_kept_but_the_committed_one_is() {
 async fn no_head_answer_from_before_the_best_height_is_served() {
     let c = Cluster::start(2, Duration::from_millis(150), |cfg| {
         cfg.health.interval = Duration::from_millis(50);
+        cfg.health.timeout = Duration::from_millis(50);
     })
     .await;
     let mut served = 0u64;
@@ -256,6 +257,7 @@ async fn identical_concurrent_cold_requests_make_one_upstream_call() {
 async fn a_failed_coalesced_miss_fails_every_waiter_and_stores_nothing() {
     let c = Cluster::start(1, Duration::from_secs(60), |cfg| {
         cfg.health.interval = Duration::from_millis(50);
+        cfg.health.timeout = Duration::from_millis(50);
         cfg.upstream.request_timeout = Duration::from_millis(300);
         cfg.limits.request_deadline = Duration::from_millis(600);
     })

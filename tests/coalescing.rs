@@ -68,6 +68,7 @@ async fn a_coalesced_miss_completes_for_its_waiters_when_its_first_client_leaves
     config.server.listen = "127.0.0.1:0".parse().unwrap();
     config.rate_limit.enabled = false;
     config.health.interval = Duration::from_millis(100);
+    config.health.timeout = Duration::from_millis(100);
     config.upstreams = vec![snowgate::config::UpstreamConfig {
         name: "slow".into(),
         url: format!("http://{node}"),

@@ -319,6 +319,7 @@ async fn a_height_goes_only_to_nodes_that_reached_it() {
     let c = Cluster::start(2, Duration::from_millis(100), |cfg| {
         no_cache(cfg);
         cfg.health.interval = Duration::from_millis(50);
+        cfg.health.timeout = Duration::from_millis(50);
         // Keep the lagging node in the pool: only height-aware routing keeps it out.
         cfg.health.max_lag_blocks = 1000;
     })

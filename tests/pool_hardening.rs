@@ -126,7 +126,7 @@ fn config(upstreams: Vec<UpstreamConfig>) -> Config {
     config.cache.enabled = false;
     config.rate_limit.enabled = false;
     config.health.interval = Duration::from_millis(100);
-    config.health.timeout = Duration::from_millis(500);
+    config.health.timeout = Duration::from_millis(100);
     config
 }
 
@@ -362,7 +362,7 @@ async fn a_client_calling_a_slow_method_takes_no_node_out() {
 #[tokio::test]
 async fn a_method_can_carry_its_own_timeout() {
     let node = slow_for_one_method(Duration::from_millis(600)).await;
-    let mut cfg = Config::parse(
+    let mut cfg = Config::from_toml(
         "[methods.\"platform.getCurrentValidators\"]\ntimeout = \"3s\"\n",
         "test.toml",
     )
@@ -398,6 +398,7 @@ async fn queueing_in_the_gateway_takes_no_node_out() {
     // clients. Most requests queue in snowgate, many until their 1 s deadline.
     let c = Cluster::start(2, Duration::from_secs(60), |cfg| {
         cfg.cache.enabled = false;
+        cfg.health.interval = Duration::from_secs(1);
         cfg.health.timeout = Duration::from_secs(1);
         cfg.upstream.max_concurrency = 2;
         cfg.upstream.request_timeout = Duration::from_secs(1);

@@ -36,7 +36,11 @@ fn a_cache_class_for_a_node_specific_or_keystore_method_is_a_config_error() {
             "{text}: {err}"
         );
     }
-    let out = check("[methods.\"info.getNodeID\"]\ncache = \"never\"\n", 99);
+    let out = check(
+        "[[upstreams]]\nname = \"a\"\nurl = \"http://127.0.0.1:9651\"\n\
+         [methods.\"info.getNodeID\"]\ncache = \"never\"\n",
+        99,
+    );
     assert!(
         out.status.success(),
         "{}",

@@ -103,7 +103,7 @@ async fn sigterm_drains_requests_in_flight_then_exits_zero() {
 
 fn one_node_config(node_url: &str, extra: &str) -> String {
     format!(
-        "[server]\ndrain_timeout = \"30s\"\n[health]\ninterval = \"200ms\"\ntimeout = \"1s\"\n\
+        "[server]\ndrain_timeout = \"30s\"\n[health]\ninterval = \"200ms\"\ntimeout = \"200ms\"\n\
          [rate_limit]\nenabled = false\n{extra}\n[[upstreams]]\nname = \"n\"\nurl = \"{node_url}\"\n"
     )
 }

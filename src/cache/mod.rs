@@ -46,46 +46,15 @@ use futures_util::future::{self, Either, FutureExt, Ready};
 use moka::future::Cache as Moka;
 use moka::notification::RemovalCause;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
-use serde::Deserialize;
 use tower::{Layer, Service, ServiceExt};
 use tracing::Instrument;
 
 use crate::call::{Answer, AnswerKind, BestHeight, CacheStatus, HitProbe, RpcCall};
+use crate::config::CacheConfig;
 use crate::error::ProxyError;
 use crate::methods::CacheClass;
 use crate::metrics::Metrics;
 use rules::Ttls;
-
-/// `[cache]` in the config.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct CacheConfig {
-    /// `false` turns the layer off (every answer `X-Cache: BYPASS`).
-    pub enabled: bool,
-    /// Bound on the bytes of keys and answers held (plus a fixed per-entry overhead).
-    pub max_bytes: u64,
-    /// Cap on head-class entries (they also end when the best height moves).
-    #[serde(with = "humantime_serde")]
-    pub head_ttl: Duration,
-    /// Lifetime of network-class entries.
-    #[serde(with = "humantime_serde")]
-    pub network_ttl: Duration,
-    /// Lifetime of volatile-class entries.
-    #[serde(with = "humantime_serde")]
-    pub volatile_ttl: Duration,
-}
-
-impl Default for CacheConfig {
-    fn default() -> Self {
-        CacheConfig {
-            enabled: true,
-            max_bytes: 256 * 1024 * 1024,
-            head_ttl: Duration::from_secs(2),
-            network_ttl: Duration::from_secs(600),
-            volatile_ttl: Duration::from_secs(1),
-        }
-    }
-}
 
 /// What the weigher charges each entry on top of its key and answer (moka's node, the Arc'd
 /// key, the value struct).
@@ -589,32 +558,29 @@ where
     S: Service<RpcCall, Response = Answer, Error = ProxyError>,
 {
     let ran = Arc::new(AtomicBool::new(false));
-    let init = {
-        let ran = ran.clone();
-        let cache = cache.clone();
-        let key = key.as_str();
-        // Borrowed: both stay here for the one case where the entry found is another key's (a
-        // shared fingerprint).
-        let (inner, call) = (&mut inner, &call);
-        async move {
-            ran.store(true, Ordering::Relaxed);
-            let answer = inner
-                .oneshot(call.clone())
-                .await
-                .map_err(NotStored::Failed)?;
-            let ttl = rules::lifetime(call, answer.kind, &answer.payload, &cache.ttls);
-            match ttl {
-                Some(ttl) if rules::fresh_enough(head, answer.upstream_height) => Ok(Entry::new(
-                    key,
-                    answer.kind,
-                    &answer.payload,
-                    call.spec.index,
-                    ttl,
-                )),
-                _ => Err(NotStored::Answer(answer)),
+    let init =
+        {
+            let ran = ran.clone();
+            let cache = cache.clone();
+            let key = key.as_str();
+            // Borrowed: both stay here for the one case where the entry found is another key's (a
+            // shared fingerprint).
+            let (inner, call) = (&mut inner, &call);
+            async move {
+                ran.store(true, Ordering::Relaxed);
+                let answer = inner
+                    .oneshot(call.clone())
+                    .await
+                    .map_err(NotStored::Failed)?;
+                let ttl = rules::lifetime(call, answer.kind, &answer.payload, &cache.ttls);
+                match ttl {
+                    Some(ttl) if rules::fresh_enough(head, answer.upstream_height) => Ok(
+                        Entry::new(key, answer.kind, &answer.payload, call.spec.index, ttl),
+                    ),
+                    _ => Err(NotStored::Answer(answer)),
+                }
             }
-        }
-    };
+        };
     let result = cache
         .store
         .entry(fingerprint)

@@ -14,30 +14,9 @@ use std::net::{IpAddr, Ipv6Addr};
 
 use http::HeaderMap;
 use ipnet::IpNet;
-use serde::Deserialize;
 
-/// The one header a trusted proxy records the client's address in (`[rate_limit]
-/// client_ip_header`). Only this header is read: falling back to another would let a client
-/// supply the one its proxy does not overwrite.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ClientIpHeader {
-    /// `X-Forwarded-For: client, proxy1, proxy2` (nginx, haproxy, most load balancers).
-    #[default]
-    XForwardedFor,
-    /// `Forwarded: for=client, for=proxy1` (RFC 7239).
-    Forwarded,
-}
-
-impl ClientIpHeader {
-    /// The header's name on the wire.
-    pub fn name(self) -> &'static str {
-        match self {
-            ClientIpHeader::XForwardedFor => "x-forwarded-for",
-            ClientIpHeader::Forwarded => "forwarded",
-        }
-    }
-}
+// `[rate_limit] client_ip_header` is defined with its section, in the config.
+pub use crate::config::ClientIpHeader;
 
 /// The client's address as the rate limiter keys it: `peer`, or when `peer` is a trusted proxy,
 /// the nearest untrusted hop of the `which` header in `headers`.
@@ -306,7 +285,7 @@ mod tests {
 
     #[test]
     fn the_header_names_parse_from_config() {
-        #[derive(Deserialize)]
+        #[derive(serde::Deserialize)]
         struct T {
             h: ClientIpHeader,
         }

@@ -36,138 +36,19 @@ use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 use ipnet::IpNet;
 use prometheus::{IntCounterVec, IntGauge, Opts};
-use serde::Deserialize;
 use tower::{Layer, Service};
 
 use crate::call::{Answer, RpcCall};
 use crate::call::{ClientId, HitProbe};
 use crate::error::ProxyError;
 use crate::keys::{self, KeySet};
-use crate::methods::Registry;
 use crate::metrics::Metrics;
 pub use client::ClientIpHeader;
+// The section lives with the rest of the config; tests and benches still name it here.
+pub use crate::config::{KeyQuota, RateLimitConfig};
 
 /// Quota units are tenths of a cost unit.
 const SCALE: f64 = 10.0;
-
-/// `[rate_limit]` in the config.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RateLimitConfig {
-    /// `false` turns rate limiting off.
-    pub enabled: bool,
-    /// Sustained cost units per second, per client IP.
-    pub requests_per_second: u32,
-    /// Cost units a client may spend at once.
-    pub burst: u32,
-    /// A cache hit costs `cost × cached_cost_factor` (0 makes hits free).
-    pub cached_cost_factor: f64,
-    /// What a call snowgate refuses costs (unparsable, unknown method, not allowed, a batch or
-    /// nesting over the limits), in cost units: reading it was work too.
-    pub refused_cost: u32,
-    /// Proxies (CIDR) whose `client_ip_header` is believed.
-    pub trusted_proxies: Vec<IpNet>,
-    /// The one header trusted proxies record the client in: `"x-forwarded-for"` or `"forwarded"`.
-    pub client_ip_header: ClientIpHeader,
-    /// Client IPs tracked at most; beyond, new clients share one overflow quota.
-    pub max_clients: usize,
-    /// Clients with their own quota.
-    pub keys: Vec<KeyQuota>,
-}
-
-impl Default for RateLimitConfig {
-    fn default() -> Self {
-        RateLimitConfig {
-            enabled: true,
-            requests_per_second: 50,
-            burst: 100,
-            cached_cost_factor: 0.5,
-            refused_cost: 1,
-            trusted_proxies: Vec::new(),
-            client_ip_header: ClientIpHeader::default(),
-            max_clients: 100_000,
-            keys: Vec::new(),
-        }
-    }
-}
-
-/// One `[[rate_limit.keys]]` table.
-#[derive(Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KeyQuota {
-    /// The key clients present. Never logged.
-    pub key: String,
-    pub requests_per_second: u32,
-    pub burst: u32,
-}
-
-impl std::fmt::Debug for KeyQuota {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KeyQuota")
-            .field("key", &"[redacted]")
-            .field("requests_per_second", &self.requests_per_second)
-            .field("burst", &self.burst)
-            .finish()
-    }
-}
-
-impl RateLimitConfig {
-    /// Checks the numbers; the error names the key.
-    pub fn validate(&self, registry: &Registry) -> Result<(), (String, String)> {
-        let bad = |k: &str, m: String| Err((k.to_string(), m));
-        let max_cost = registry.all().iter().map(|m| m.cost).max().unwrap_or(1);
-        let check = |prefix: &str, rps: u32, burst: u32| -> Result<(), (String, String)> {
-            if rps == 0 {
-                return bad(
-                    &format!("{prefix}requests_per_second"),
-                    "must be at least 1".into(),
-                );
-            }
-            if burst < max_cost {
-                return bad(
-                    &format!("{prefix}burst"),
-                    format!("must be at least the largest method cost ({max_cost})"),
-                );
-            }
-            if u64::from(burst) * 10 > u64::from(u32::MAX)
-                || u64::from(rps) * 10 > u64::from(u32::MAX)
-            {
-                return bad(&format!("{prefix}burst"), "too large".into());
-            }
-            Ok(())
-        };
-        check("rate_limit.", self.requests_per_second, self.burst)?;
-        if self.refused_cost > self.burst {
-            return bad(
-                "rate_limit.refused_cost",
-                "must be at most rate_limit.burst".into(),
-            );
-        }
-        if !(0.0..=1.0).contains(&self.cached_cost_factor) {
-            return bad(
-                "rate_limit.cached_cost_factor",
-                "must be between 0 and 1".into(),
-            );
-        }
-        if self.max_clients == 0 {
-            return bad("rate_limit.max_clients", "must be at least 1".into());
-        }
-        for (i, k) in self.keys.iter().enumerate() {
-            if k.key.len() < 16 {
-                return bad(
-                    &format!("rate_limit.keys[{i}].key"),
-                    "must be at least 16 characters".into(),
-                );
-            }
-            check(
-                &format!("rate_limit.keys[{i}]."),
-                k.requests_per_second,
-                k.burst,
-            )?;
-        }
-        Ok(())
-    }
-}
 
 fn quota(rps: u32, burst: u32) -> Quota {
     let scaled =

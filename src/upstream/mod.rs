@@ -30,8 +30,9 @@
 //!
 //! The library exports [`Pool`] (the gateway's handle; tests read its `status`, `best_height`
 //! and run `check_once`), [`PoolStatus`] and [`UpstreamStatus`] (`/ext/health`), [`conn`]
-//! (tests and the load benchmark's ceiling server drive the client directly), [`Fault`] (in
-//! [`conn::SendError`]) and `parse_base_url` (config validation); everything else is internal.
+//! (tests and the load benchmark's ceiling server drive the client directly), and [`Fault`] (in
+//! [`conn::SendError`]); everything else is internal. (A node's base URL is checked by
+//! `config::parse_base_url`.)
 
 mod answer;
 mod balance;
@@ -44,42 +45,6 @@ mod probe;
 mod select;
 mod status;
 
-use http::Uri;
-
 pub use health::Fault;
 pub use pool::Pool;
 pub use status::{PoolStatus, UpstreamStatus};
-
-/// Checks a node base URL: `http://host:port` with no path, query or credentials. Returns the
-/// authority to send requests to.
-pub fn parse_base_url(url: &str) -> Result<http::uri::Authority, String> {
-    let uri: Uri = url.parse().map_err(|e| format!("not a URL: {e}"))?;
-    match uri.scheme_str() {
-        Some("http") => {}
-        Some(other) => return Err(format!("scheme {other:?} is not supported (use http)")),
-        None => return Err("missing scheme (use http://host:port)".into()),
-    }
-    let authority = uri.authority().cloned().ok_or("missing host")?;
-    if authority.as_str().contains('@') {
-        return Err("credentials in the URL are not supported".into());
-    }
-    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
-        return Err("give the node's base URL only (no path or query)".into());
-    }
-    Ok(authority)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn base_urls() {
-        assert!(parse_base_url("http://10.0.0.5:9650").is_ok());
-        assert!(parse_base_url("http://10.0.0.5:9650/").is_ok());
-        assert!(parse_base_url("https://x:1").is_err());
-        assert!(parse_base_url("http://x:1/ext/bc/P").is_err());
-        assert!(parse_base_url("10.0.0.5:9650").is_err());
-        assert!(parse_base_url("http://u:p@x:1").is_err());
-    }
-}

@@ -57,8 +57,10 @@ impl Cluster {
             })
             .collect();
         config.admin.api_keys = vec![ADMIN_KEY.to_string()];
-        config.health.interval = Duration::from_millis(100);
-        config.health.timeout = Duration::from_millis(300);
+        // A check may take its whole interval (timeout <= interval, as validate requires): on a
+        // loaded CI machine a devnode's answer can take tens of milliseconds.
+        config.health.interval = Duration::from_millis(200);
+        config.health.timeout = Duration::from_millis(200);
         // The tests make many calls from one address; the rate-limit tests turn it back on.
         config.rate_limit.enabled = false;
         // Likewise for the per-address connection cap; its own tests set it.

@@ -1,0 +1,52 @@
+//! `[admin]`: the keys that unlock restricted methods; read by the policy layer and the admin
+//! endpoints.
+
+use serde::Deserialize;
+
+use super::{invalid, ConfigError};
+
+/// `[admin]`: callers allowed to use restricted methods.
+#[derive(Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// Bearer tokens (`Authorization: Bearer <key>`) that unlock node-specific and keystore
+    /// methods and upstream pinning. Never logged.
+    pub api_keys: Vec<String>,
+}
+
+impl std::fmt::Debug for AdminConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminConfig")
+            .field(
+                "api_keys",
+                &format_args!("[{} redacted]", self.api_keys.len()),
+            )
+            .finish()
+    }
+}
+
+/// The admin key `config/public-endpoint.toml` ships with. Anyone can read it there, so a copy of
+/// that file put to use unchanged must not start: any key containing `replace-me` is refused.
+pub const PLACEHOLDER_KEY: &str = "replace-me-with-a-long-random-key";
+
+impl AdminConfig {
+    /// Checks `[admin]`; the error names the key and never shows a key's value.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (i, key) in self.api_keys.iter().enumerate() {
+            if key.len() < 16 {
+                return invalid(
+                    format!("admin.api_keys[{i}]"),
+                    "every key must be at least 16 characters",
+                );
+            }
+            if key.to_ascii_lowercase().contains("replace-me") {
+                return invalid(
+                    format!("admin.api_keys[{i}]"),
+                    "is the example's placeholder: set a real key (e.g. the output of \
+                     `openssl rand -hex 32`) and keep it secret",
+                );
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,58 @@
+//! `[cache]`: the answer cache's size and lifetimes; read by the cache layer.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{invalid, ConfigError};
+
+/// `[cache]` in the config.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    /// `false` turns the layer off (every answer `X-Cache: BYPASS`).
+    pub enabled: bool,
+    /// Bound on the bytes of keys and answers held (plus a fixed per-entry overhead).
+    pub max_bytes: u64,
+    /// Cap on head-class entries (they also end when the best height moves).
+    #[serde(with = "humantime_serde")]
+    pub head_ttl: Duration,
+    /// Lifetime of network-class entries.
+    #[serde(with = "humantime_serde")]
+    pub network_ttl: Duration,
+    /// Lifetime of volatile-class entries.
+    #[serde(with = "humantime_serde")]
+    pub volatile_ttl: Duration,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            enabled: true,
+            max_bytes: 256 * 1024 * 1024,
+            head_ttl: Duration::from_secs(2),
+            network_ttl: Duration::from_secs(600),
+            volatile_ttl: Duration::from_secs(1),
+        }
+    }
+}
+
+impl CacheConfig {
+    /// Checks `[cache]` (also when disabled, so turning it on later needs no other change); the
+    /// error names the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_bytes < 1024 * 1024 {
+            return invalid("cache.max_bytes", "must be at least 1 MiB");
+        }
+        for (key, ttl) in [
+            ("cache.head_ttl", self.head_ttl),
+            ("cache.network_ttl", self.network_ttl),
+            ("cache.volatile_ttl", self.volatile_ttl),
+        ] {
+            if ttl.is_zero() {
+                return invalid(key, "must be greater than zero");
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,132 @@
+//! `[limits]`: hard limits on what a client may send and what a node may answer; read by the
+//! server (connections, timeouts), the router (body, batch, depth) and the pool (answer size,
+//! deadline).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{invalid, ConfigError};
+
+/// `[limits]`: hard limits on what a client may send and what a node may answer, each with a
+/// clear error when crossed.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Largest request body (bytes): 413 with a JSON-RPC error beyond it.
+    pub body_bytes: usize,
+    /// Most calls in one batch: 413 with a JSON-RPC error beyond it.
+    pub batch_len: usize,
+    /// Calls of one batch in flight at once.
+    pub batch_concurrency: usize,
+    /// Deepest JSON nesting of a request (the envelope object is level 1).
+    pub depth: usize,
+    /// Largest answer accepted from a node (bytes): a 502 beyond it.
+    pub response_bytes: usize,
+    /// Time allowed to receive a request's headers (HTTP/1.1); a trickling client is cut off.
+    #[serde(with = "humantime_serde")]
+    pub header_timeout: Duration,
+    /// A connection with no request for this long is closed.
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// One request, all attempts on all nodes included: 504 beyond it.
+    #[serde(with = "humantime_serde")]
+    pub request_deadline: Duration,
+    /// Open client connections; beyond it a new connection gets 503 and is closed.
+    pub max_connections: usize,
+    /// Open connections from one client address (an IPv4 address or an IPv6 /64); beyond it a new
+    /// connection from that address gets 503 and is closed. Peers in
+    /// `rate_limit.trusted_proxies` are exempt (a load balancer is many clients).
+    pub max_connections_per_ip: usize,
+    /// The whole request body must arrive within this long after its headers: else 408, and the
+    /// connection is closed.
+    #[serde(with = "humantime_serde")]
+    pub body_timeout: Duration,
+    /// An answer the client has not taken within this long (it stopped reading, or its HTTP/2
+    /// window stays shut) ends its connection.
+    #[serde(with = "humantime_serde")]
+    pub send_timeout: Duration,
+    /// Request body bytes one connection may have buffered at once (its HTTP/2 streams together);
+    /// further bytes wait for room, within `body_timeout`.
+    pub connection_body_bytes: usize,
+    /// Request body bytes buffered at once over all connections; further bytes wait for room,
+    /// within `body_timeout`.
+    pub total_body_bytes: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            body_bytes: 1024 * 1024,
+            batch_len: 100,
+            batch_concurrency: 16,
+            depth: 32,
+            response_bytes: 64 * 1024 * 1024,
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            request_deadline: Duration::from_secs(10),
+            max_connections: 10_000,
+            max_connections_per_ip: 64,
+            body_timeout: Duration::from_secs(10),
+            send_timeout: Duration::from_secs(30),
+            connection_body_bytes: 4 * 1024 * 1024,
+            total_body_bytes: 256 * 1024 * 1024,
+        }
+    }
+}
+
+impl LimitsConfig {
+    /// Checks `[limits]` on its own (its bound against `[upstream]` is checked by
+    /// [`super::Config::validate`]); the error names the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (key, value) in [
+            ("limits.body_bytes", self.body_bytes),
+            ("limits.batch_len", self.batch_len),
+            ("limits.batch_concurrency", self.batch_concurrency),
+            ("limits.response_bytes", self.response_bytes),
+            ("limits.max_connections", self.max_connections),
+            ("limits.max_connections_per_ip", self.max_connections_per_ip),
+        ] {
+            if value == 0 {
+                return invalid(key, "must be greater than zero");
+            }
+        }
+        // The server counts connections with a semaphore, which holds at most this many.
+        if self.max_connections > tokio::sync::Semaphore::MAX_PERMITS {
+            return invalid(
+                "limits.max_connections",
+                format!("must be at most {}", tokio::sync::Semaphore::MAX_PERMITS),
+            );
+        }
+        if self.depth < 3 {
+            return invalid(
+                "limits.depth",
+                "must be at least 3 (envelope, params, one value)",
+            );
+        }
+        for (key, value) in [
+            ("limits.header_timeout", self.header_timeout),
+            ("limits.idle_timeout", self.idle_timeout),
+            ("limits.request_deadline", self.request_deadline),
+            ("limits.body_timeout", self.body_timeout),
+            ("limits.send_timeout", self.send_timeout),
+        ] {
+            if value.is_zero() {
+                return invalid(key, "must be greater than zero");
+            }
+        }
+        for (key, value) in [
+            ("limits.connection_body_bytes", self.connection_body_bytes),
+            ("limits.total_body_bytes", self.total_body_bytes),
+        ] {
+            // Room for one whole body, or a request could wait for room that never comes.
+            if value < self.body_bytes {
+                return invalid(key, "must be at least limits.body_bytes");
+            }
+            if u32::try_from(value).is_err() {
+                return invalid(key, "must be below 4 GiB");
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,280 @@
+//! snowgate's configuration: a TOML file (`config/snowgate.toml`), every section with defaults and
+//! `deny_unknown_fields`, then [`Config::validate`] for what serde cannot check, naming the key.
+//!
+//! A leaf of the module graph: it imports only the method registry ([`crate::methods`]), and the
+//! layers import their own section from here. [`Config`] is the file; each section lives in a
+//! file named after the layer that reads it ([`server`], [`limits`], [`upstream`] (the nodes,
+//! `[health]` and `[upstream]`), [`cache`], [`rate_limit`], [`admin`], [`methods`]), with its
+//! own `validate` naming its own keys. `snowgate check`, `snowgate serve` and every gateway a test
+//! starts go through the one [`Config::validate`], so a file `check` accepts is one `serve` runs.
+//!
+//! Durations are written as strings (`"250ms"`, `"1s"`).
+
+pub mod admin;
+pub mod cache;
+pub mod limits;
+pub mod methods;
+pub mod rate_limit;
+pub mod server;
+pub mod upstream;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::methods::{MethodOverride, Registry};
+pub use admin::AdminConfig;
+pub use cache::CacheConfig;
+pub use limits::LimitsConfig;
+pub use rate_limit::{ClientIpHeader, KeyQuota, RateLimitConfig};
+pub use server::ServerConfig;
+pub use upstream::{parse_base_url, ForwardConfig, HealthConfig, UpstreamConfig};
+
+/// The whole file.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// `[server]`.
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// The nodes behind the gateway, one `[[upstreams]]` table each.
+    #[serde(default)]
+    pub upstreams: Vec<UpstreamConfig>,
+    /// `[health]`.
+    #[serde(default)]
+    pub health: HealthConfig,
+    /// `[upstream]`: forwarding.
+    #[serde(default)]
+    pub upstream: ForwardConfig,
+    /// `[admin]`.
+    #[serde(default)]
+    pub admin: AdminConfig,
+    /// `[cache]`.
+    #[serde(default)]
+    pub cache: CacheConfig,
+    /// `[limits]`.
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    /// `[rate_limit]`.
+    #[serde(default)]
+    pub rate_limit: RateLimitConfig,
+    /// Per-method additions and overrides of the built-in registry, keyed by method name:
+    /// `[methods."platform.getAllValidatorsAt"] family = "platform"`.
+    #[serde(default)]
+    pub methods: BTreeMap<String, MethodOverride>,
+}
+
+/// A configuration problem, naming the file (when there is one) and the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file cannot be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    /// Not TOML, or not the shape of the file (an unknown key, a wrong type).
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    /// A value the file's shape allows but snowgate cannot run with. `path` is the file, or
+    /// `None` for a config built in code or changed by flags.
+    #[error("{}`{key}`: {message}", in_file(.path))]
+    Invalid {
+        path: Option<String>,
+        key: String,
+        message: String,
+    },
+}
+
+fn in_file(path: &Option<String>) -> String {
+    path.as_ref().map(|p| format!("{p}: ")).unwrap_or_default()
+}
+
+/// The error of an invalid `key`: how the sections' `validate` report.
+fn invalid<T>(key: impl Into<String>, message: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError::Invalid {
+        path: None,
+        key: key.into(),
+        message: message.into(),
+    })
+}
+
+impl ConfigError {
+    /// The key a validation error names (`cache.head_ttl`, `upstreams[2].url`).
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            ConfigError::Invalid { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+
+    /// The same error, saying which file it is in.
+    pub fn in_file(self, origin: &str) -> ConfigError {
+        match self {
+            ConfigError::Invalid { key, message, .. } => ConfigError::Invalid {
+                path: Some(origin.to_string()),
+                key,
+                message,
+            },
+            other => other,
+        }
+    }
+}
+
+impl Config {
+    /// Reads, parses and validates a file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let shown = path.display().to_string();
+        let config = Config::read(path)?;
+        config.validate().map_err(|e| e.in_file(&shown))?;
+        Ok(config)
+    }
+
+    /// Reads and parses a file without validating it, for a caller that changes it first (the
+    /// flags of `snowgate serve`) and then calls [`Config::validate`].
+    pub fn read(path: &Path) -> Result<Config, ConfigError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        Config::from_toml(&text, &shown)
+    }
+
+    /// Parses and validates TOML text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let config = Config::from_toml(text, origin)?;
+        config.validate().map_err(|e| e.in_file(origin))?;
+        Ok(config)
+    }
+
+    /// Parses TOML text without validating it (see [`Config::read`]); `origin` names it in errors.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_string(),
+            message: e.to_string().trim_end().to_string(),
+        })
+    }
+
+    /// Everything serde cannot check, section by section: the one validation `snowgate check`,
+    /// `snowgate serve` and `gateway::assemble` share, so that a config it accepts is one
+    /// the gateway starts with (at least one upstream, every number within what the runtime
+    /// accepts). The error names the first offending key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        upstream::validate_upstreams(&self.upstreams)?;
+        self.health.validate()?;
+        self.upstream.validate()?;
+        self.limits.validate()?;
+        // Across sections: one attempt must fit in the request's deadline.
+        if self.limits.request_deadline < self.upstream.request_timeout {
+            return invalid(
+                "limits.request_deadline",
+                "must be at least upstream.request_timeout",
+            );
+        }
+        self.rate_limit
+            .validate(&Registry::with_overrides(&self.methods))?;
+        self.cache.validate()?;
+        self.admin.validate()?;
+        methods::validate(&self.methods)?;
+        // Last, so that a file made to show one error (as the tests' are) reports that one.
+        if self.upstreams.is_empty() {
+            return invalid(
+                "upstreams",
+                "no upstreams: add [[upstreams]] tables (or pass --upstream URL to snowgate serve)",
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// One valid node: a file needs at least one.
+    const NODE: &str = "[[upstreams]]\nname = \"a\"\nurl = \"http://127.0.0.1:9651\"\n";
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let e =
+            Config::parse("[server]\nlisten = \"127.0.0.1:1\"\nlisen = 1\n", "t.toml").unwrap_err();
+        assert!(e.to_string().contains("lisen"), "{e}");
+        let e = Config::parse("[helth]\n", "t.toml").unwrap_err();
+        assert!(e.to_string().contains("helth"), "{e}");
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        let text = "[[upstreams]]\nname = \"a\"\nurl = \"ftp://x\"\n";
+        let e = Config::parse(text, "t.toml").unwrap_err();
+        assert!(e.to_string().contains("upstreams[0].url"), "{e}");
+        let e = Config::parse("[health]\nfailure_threshold = 0\n", "t.toml").unwrap_err();
+        assert!(e.to_string().contains("health.failure_threshold"), "{e}");
+    }
+
+    #[test]
+    fn node_specific_and_keystore_methods_cannot_be_cached() {
+        for (name, table) in [
+            ("info.getNodeID", "cache = \"immutable\""),
+            ("info.getVMs", "cache = \"network\""),
+            ("platform.exportKey", "cache = \"volatile\""),
+            ("platform.listAddresses", "cache = \"head\""),
+            // Made callable by anyone, still one node's answer.
+            ("info.getNodeIP", "access = \"public\"\ncache = \"network\""),
+            // Made node-specific, keeping the table's cache class.
+            ("platform.getHeight", "access = \"node_specific\""),
+            (
+                "info.myNodeThing",
+                "access = \"keystore\"\ncache = \"head\"",
+            ),
+        ] {
+            let text = format!("{NODE}[methods.\"{name}\"]\n{table}\n");
+            let e = Config::parse(&text, "t.toml").unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("methods.\"{name}\".cache")),
+                "{text}: {e}"
+            );
+        }
+        for ok in [
+            "[methods.\"info.getNodeID\"]\ncache = \"never\"\n",
+            "[methods.\"platform.getHeight\"]\ncache = \"volatile\"\n",
+            "[methods.\"platform.getHeight\"]\naccess = \"node_specific\"\ncache = \"never\"\n",
+        ] {
+            Config::parse(&format!("{NODE}{ok}"), "t.toml").unwrap();
+        }
+    }
+
+    #[test]
+    fn validate_and_parse_name_the_same_key() {
+        // Built in code (as `serve` after its flags): no file to name.
+        let e = Config::default().validate().unwrap_err();
+        assert_eq!(e.key(), Some("upstreams"));
+        assert!(e.to_string().starts_with("`upstreams`: "), "{e}");
+        // Read from a file: the file, then the key.
+        let e = Config::parse("", "t.toml").unwrap_err();
+        assert_eq!(e.key(), Some("upstreams"));
+        assert!(e.to_string().starts_with("t.toml: `upstreams`: "), "{e}");
+        let e = Config::parse("[helth]\n", "t.toml").unwrap_err();
+        assert_eq!(e.key(), None, "{e}");
+        // Unvalidated, for callers that change it first.
+        assert!(Config::from_toml("", "t.toml").is_ok());
+    }
+
+    #[test]
+    fn durations_are_strings() {
+        let text = format!("{NODE}[health]\ninterval = \"250ms\"\ntimeout = \"250ms\"\n");
+        let c = Config::parse(&text, "t.toml").unwrap();
+        assert_eq!(c.health.interval, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn admin_keys_are_not_debug_printed() {
+        let text = format!("{NODE}[admin]\napi_keys = [\"supersecretkey-123456\"]\n");
+        let c = Config::parse(&text, "t").unwrap();
+        assert!(!format!("{c:?}").contains("supersecret"));
+    }
+}

@@ -1,0 +1,147 @@
+//! `[rate_limit]` and its `[[rate_limit.keys]]`: quotas per client; read by the rate limiter and
+//! (its trusted proxies) by the server.
+
+use ipnet::IpNet;
+use serde::Deserialize;
+
+use super::{invalid, ConfigError};
+use crate::methods::Registry;
+
+/// The one header a trusted proxy records the client's address in (`[rate_limit]
+/// client_ip_header`). Only this header is read: falling back to another would let a client
+/// supply the one its proxy does not overwrite.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClientIpHeader {
+    /// `X-Forwarded-For: client, proxy1, proxy2` (nginx, haproxy, most load balancers).
+    #[default]
+    XForwardedFor,
+    /// `Forwarded: for=client, for=proxy1` (RFC 7239).
+    Forwarded,
+}
+
+impl ClientIpHeader {
+    /// The header's name on the wire.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClientIpHeader::XForwardedFor => "x-forwarded-for",
+            ClientIpHeader::Forwarded => "forwarded",
+        }
+    }
+}
+
+/// `[rate_limit]` in the config.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RateLimitConfig {
+    /// `false` turns rate limiting off.
+    pub enabled: bool,
+    /// Sustained cost units per second, per client IP.
+    pub requests_per_second: u32,
+    /// Cost units a client may spend at once.
+    pub burst: u32,
+    /// A cache hit costs `cost × cached_cost_factor` (0 makes hits free).
+    pub cached_cost_factor: f64,
+    /// What a call snowgate refuses costs (unparsable, unknown method, not allowed, a batch or
+    /// nesting over the limits), in cost units: reading it was work too.
+    pub refused_cost: u32,
+    /// Proxies (CIDR) whose `client_ip_header` is believed.
+    pub trusted_proxies: Vec<IpNet>,
+    /// The one header trusted proxies record the client in: `"x-forwarded-for"` or `"forwarded"`.
+    pub client_ip_header: ClientIpHeader,
+    /// Client IPs tracked at most; beyond, new clients share one overflow quota.
+    pub max_clients: usize,
+    /// Clients with their own quota.
+    pub keys: Vec<KeyQuota>,
+}
+
+impl Default for RateLimitConfig {
+    fn default() -> Self {
+        RateLimitConfig {
+            enabled: true,
+            requests_per_second: 50,
+            burst: 100,
+            cached_cost_factor: 0.5,
+            refused_cost: 1,
+            trusted_proxies: Vec::new(),
+            client_ip_header: ClientIpHeader::default(),
+            max_clients: 100_000,
+            keys: Vec::new(),
+        }
+    }
+}
+
+/// One `[[rate_limit.keys]]` table.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyQuota {
+    /// The key clients present. Never logged.
+    pub key: String,
+    /// Sustained cost units per second for this key.
+    pub requests_per_second: u32,
+    /// Cost units this key may spend at once.
+    pub burst: u32,
+}
+
+impl std::fmt::Debug for KeyQuota {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyQuota")
+            .field("key", &"[redacted]")
+            .field("requests_per_second", &self.requests_per_second)
+            .field("burst", &self.burst)
+            .finish()
+    }
+}
+
+impl RateLimitConfig {
+    /// Checks the numbers against the method costs of `registry` (a burst must afford the
+    /// dearest method); the error names the key and never shows a key's value.
+    pub fn validate(&self, registry: &Registry) -> Result<(), ConfigError> {
+        let max_cost = registry.all().iter().map(|m| m.cost).max().unwrap_or(1);
+        let check = |prefix: &str, rps: u32, burst: u32| -> Result<(), ConfigError> {
+            if rps == 0 {
+                return invalid(format!("{prefix}requests_per_second"), "must be at least 1");
+            }
+            if burst < max_cost {
+                return invalid(
+                    format!("{prefix}burst"),
+                    format!("must be at least the largest method cost ({max_cost})"),
+                );
+            }
+            // Quotas are kept in tenths of a unit, in a u32.
+            if u64::from(burst) * 10 > u64::from(u32::MAX)
+                || u64::from(rps) * 10 > u64::from(u32::MAX)
+            {
+                return invalid(format!("{prefix}burst"), "too large");
+            }
+            Ok(())
+        };
+        check("rate_limit.", self.requests_per_second, self.burst)?;
+        if self.refused_cost > self.burst {
+            return invalid(
+                "rate_limit.refused_cost",
+                "must be at most rate_limit.burst",
+            );
+        }
+        if !(0.0..=1.0).contains(&self.cached_cost_factor) {
+            return invalid("rate_limit.cached_cost_factor", "must be between 0 and 1");
+        }
+        if self.max_clients == 0 {
+            return invalid("rate_limit.max_clients", "must be at least 1");
+        }
+        for (i, k) in self.keys.iter().enumerate() {
+            if k.key.len() < 16 {
+                return invalid(
+                    format!("rate_limit.keys[{i}].key"),
+                    "must be at least 16 characters",
+                );
+            }
+            check(
+                &format!("rate_limit.keys[{i}]."),
+                k.requests_per_second,
+                k.burst,
+            )?;
+        }
+        Ok(())
+    }
+}

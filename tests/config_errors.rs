@@ -1,0 +1,157 @@
+//! Each configuration error names its own key, the same way through `snowgate check FILE` (exit
+//! status 1, the key on stderr) and through `Config::parse`; a file `check` accepts is one `serve`
+//! runs.
+#![allow(clippy::unwrap_used)]
+
+use std::process::{Command, Output};
+
+/// One node with a port, so that only the key under test is wrong.
+const NODE: &str = "[[upstreams]]\nname = \"a\"\nurl = \"http://127.0.0.1:9651\"\n";
+
+/// Runs `snowgate ARGS --config FILE` on `text` written to a fresh file named after `test`.
+fn run(test: &str, args: &[&str], text: &str) -> Output {
+    let dir = std::env::temp_dir().join(format!("snowgate-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("snowgate.toml");
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_snowgate"))
+        .args(args)
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
+/// `snowgate check` refuses `text`, and both it and `Config::parse` name `key` (the parse error
+/// names exactly that key).
+fn refused_naming(test: &str, text: &str, key: &str) -> String {
+    let out = run(test, &["check"], text);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(1), "{text}: {out:?}");
+    assert!(stderr.contains(&format!("`{key}`")), "{text}: {stderr}");
+    let e = snowgate::Config::parse(text, "t.toml").unwrap_err();
+    assert_eq!(e.key(), Some(key), "{text}: {e}");
+    e.to_string()
+}
+
+#[test]
+fn a_zero_connect_timeout_is_reported_under_its_own_key() {
+    refused_naming(
+        "connect-timeout",
+        &format!("{NODE}[upstream]\nconnect_timeout = \"0s\"\n"),
+        "upstream.connect_timeout",
+    );
+}
+
+#[test]
+fn a_zero_head_ttl_is_reported_under_cache_head_ttl() {
+    refused_naming(
+        "head-ttl",
+        &format!("{NODE}[cache]\nhead_ttl = \"0s\"\n"),
+        "cache.head_ttl",
+    );
+    for key in ["network_ttl", "volatile_ttl"] {
+        refused_naming(
+            key,
+            &format!("{NODE}[cache]\n{key} = \"0s\"\n"),
+            &format!("cache.{key}"),
+        );
+    }
+}
+
+#[test]
+fn an_upstream_url_without_a_port_is_an_error() {
+    // Before, it was accepted and the node was called on port 80.
+    let text = "[[upstreams]]\nname = \"a\"\nurl = \"http://127.0.0.1:9651\"\n\
+                [[upstreams]]\nname = \"b\"\nurl = \"http://10.0.0.5\"\n";
+    let e = refused_naming("no-port", text, "upstreams[1].url");
+    assert!(e.contains("http://10.0.0.5:9650"), "{e}");
+}
+
+#[test]
+fn the_placeholder_admin_key_of_the_examples_is_an_error() {
+    let text = format!(
+        "{NODE}[admin]\napi_keys = [\"a-real-key-0123456789abcdef\", \"{}\"]\n",
+        snowgate::config::admin::PLACEHOLDER_KEY
+    );
+    let e = refused_naming("placeholder", &text, "admin.api_keys[1]");
+    assert!(e.contains("placeholder"), "{e}");
+    // Never the key itself, even a placeholder.
+    assert!(!e.contains("replace-me"), "{e}");
+}
+
+/// Runs `snowgate serve --config FILE` on `text`, expecting it to refuse the file and exit: waits
+/// at most 30 s, then kills it and fails.
+fn serve_refuses(test: &str, text: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("snowgate-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("snowgate.toml");
+    std::fs::write(&path, text).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_snowgate"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env("RUST_LOG", "error")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > std::time::Duration::from_secs(30) {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = std::fs::remove_dir_all(&dir);
+            panic!("serve started with {text:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!status.success(), "{text}");
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+#[test]
+fn check_refuses_a_file_without_upstreams_as_serve_does() {
+    // Before, `check` passed it and `serve` refused it.
+    let text = "[server]\nlisten = \"127.0.0.1:0\"\n[rate_limit]\nenabled = false\n";
+    let e = refused_naming("no-upstreams", text, "upstreams");
+    assert!(e.contains("--upstream"), "{e}");
+    let served = serve_refuses("no-upstreams-serve", text);
+    assert!(served.contains("`upstreams`"), "{served}");
+}
+
+#[test]
+fn check_refuses_numbers_serve_cannot_start_with() {
+    // Past what a tokio semaphore holds: `serve` panicked in its accept loop or building the
+    // pool, while `check` passed the file.
+    let huge = 1u64 << 62;
+    for (section, key) in [
+        ("limits", "max_connections"),
+        ("upstream", "max_concurrency"),
+    ] {
+        let text =
+            format!("[server]\nlisten = \"127.0.0.1:0\"\n{NODE}[{section}]\n{key} = {huge}\n");
+        refused_naming(key, &text, &format!("{section}.{key}"));
+        let served = serve_refuses(&format!("{key}-serve"), &text);
+        assert!(served.contains(&format!("`{section}.{key}`")), "{served}");
+    }
+}
+
+#[test]
+fn a_health_timeout_longer_than_its_interval_is_an_error() {
+    let text = format!("{NODE}[health]\ninterval = \"1s\"\ntimeout = \"1500ms\"\n");
+    let e = refused_naming("health-timeout", &text, "health.timeout");
+    assert!(e.contains("health.interval"), "{e}");
+    // A timeout equal to the interval is fine.
+    snowgate::Config::parse(
+        &format!("{NODE}[health]\ninterval = \"1s\"\ntimeout = \"1s\"\n"),
+        "t.toml",
+    )
+    .unwrap();
+}
