@@ -1542,13 +1542,6 @@ fn plain_short_escape(c: char) -> Option<char> {
     }
 }
 
-/// A JSON string literal as Go's encoder would write it.
-pub fn go_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    write_go_string(&mut out, s);
-    out
-}
-
 /// Go's `json.Compact` with HTML escaping, as applied to a `json.RawMessage` when it is encoded
 /// (how a node echoes the request `id`): insignificant whitespace removed, `<`, `>`, `&`, U+2028 and
 /// U+2029 inside strings escaped, every other byte (including existing escapes) kept.
@@ -1634,6 +1627,13 @@ pub fn go_quote(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A JSON string literal as Go's encoder writes it.
+    fn go_string(s: &str) -> String {
+        let mut out = String::new();
+        write_go_string(&mut out, s);
+        out
+    }
 
     fn err(s: &str) -> String {
         scan_value(s.as_bytes()).unwrap_err().to_string()

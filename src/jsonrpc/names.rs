@@ -60,15 +60,6 @@ pub fn map_name(wire: &str) -> Result<String, LookupError> {
     Ok(format!("{class}.{upper}{}", chars.as_str()))
 }
 
-/// The wire name a Go method is called by (`GetHeight` -> `getHeight`).
-pub fn wire_name(go_method: &str) -> String {
-    let mut chars = go_method.chars();
-    match chars.next() {
-        Some(first) => first.to_lowercase().collect::<String>() + chars.as_str(),
-        None => String::new(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
