@@ -6,8 +6,7 @@
 //! (commit 203e78f) without a figure of its own; `cargo bench --bench micro -- "decode only"`
 //! measures the decode it serves. It must accept only what the scanner accepts and build the same
 //! tree: the property tests at the bottom hold it to that, corrupted bodies included. Whatever it
-//! gives up on goes the two-pass
-//! way, which also words the errors.
+//! gives up on goes the two-pass way, which also words the errors.
 
 use std::borrow::Cow;
 
@@ -255,7 +254,7 @@ impl<'a> Checked<'a> {
     fn skip_string(&mut self) -> Option<()> {
         self.eat(b'"').then_some(())?;
         loop {
-            let n = string_stop(&self.buf[self.pos..], true)?;
+            let n = string_stop(&self.buf[self.pos..])?;
             self.pos += n + 1;
             match self.buf[self.pos - 1] {
                 b'"' => return Some(()),
@@ -283,7 +282,7 @@ impl<'a> Checked<'a> {
         self.eat(b'"').then_some(())?;
         let buf: &'a [u8] = self.buf;
         let rest = &buf[self.pos..];
-        let end = string_stop(rest, true)?;
+        let end = string_stop(rest)?;
         (rest[end] == b'"').then_some(())?;
         self.pos += end + 1;
         Some(go_lossy(&rest[..end]))

@@ -5,7 +5,7 @@
 //! bracket walk (strings skipped a run at a time), and [`super::Json::parse`] refuses past
 //! [`super::MAX_TREE_DEPTH`] naming the bracket as Go's scanner would.
 
-use super::scanner::{invalid, string_stop, SyntaxError};
+use super::scanner::{invalid, quote_or_backslash, SyntaxError};
 use super::value::MAX_TREE_DEPTH;
 
 /// Refuses a value `depth` levels deep when that is past [`MAX_TREE_DEPTH`], naming the bracket
@@ -36,7 +36,7 @@ fn bracket_depth(raw: &[u8], limit: usize) -> (usize, Option<u8>) {
             b'"' => {
                 // Skip the string to its closing quote, stepping over escaped characters.
                 loop {
-                    let next = raw.get(i..).and_then(|r| string_stop(r, false));
+                    let next = raw.get(i..).and_then(quote_or_backslash);
                     let Some(n) = next else {
                         return (max, None); // unterminated: no bracket left to count
                     };

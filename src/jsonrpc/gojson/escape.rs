@@ -76,7 +76,7 @@ pub fn write_plain_string(out: &mut String, s: &str) {
     out.push('"');
     let mut rest = s;
     // Runs of plain characters are copied whole; every stop is one ASCII byte.
-    while let Some(at) = string_stop(rest.as_bytes(), true) {
+    while let Some(at) = string_stop(rest.as_bytes()) {
         out.push_str(&rest[..at]);
         let c = char::from(rest.as_bytes()[at]);
         match plain_short_escape(c) {
@@ -96,7 +96,7 @@ pub fn write_plain_string(out: &mut String, s: &str) {
 pub fn plain_string_len(s: &str) -> usize {
     let mut len = s.len() + 2;
     let mut rest = s.as_bytes();
-    while let Some(at) = string_stop(rest, true) {
+    while let Some(at) = string_stop(rest) {
         len += if plain_short_escape(char::from(rest[at])).is_some() {
             1
         } else {

@@ -7,7 +7,7 @@
 
 use std::borrow::Cow;
 
-use super::scanner::{is_space, string_stop};
+use super::scanner::{is_space, quote_or_backslash};
 use super::value::Json;
 
 /// Recursive-descent builder over bytes the scanner already validated.
@@ -103,7 +103,7 @@ impl TreeParser<'_> {
                        // Fast path: no escape before the closing quote (IDs, addresses, hex: nearly every string
                        // of a request) is one copy, not a byte-by-byte build.
         let rest = &self.buf[self.pos..];
-        if let Some(end) = string_stop(rest, false) {
+        if let Some(end) = quote_or_backslash(rest) {
             if rest[end] == b'"' {
                 self.pos += end + 1;
                 return match std::str::from_utf8(&rest[..end]) {
