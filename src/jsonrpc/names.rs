@@ -43,7 +43,7 @@ pub fn resolve(
 }
 
 /// avalanchego's `request.Method()`: upper-cases the first rune after the first dot.
-pub fn map_name(wire: &str) -> Result<String, LookupError> {
+fn map_name(wire: &str) -> Result<String, LookupError> {
     let Some((class, function)) = wire.split_once('.') else {
         return Ok(wire.to_string());
     };

@@ -292,8 +292,9 @@ impl<'a> Checked<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::jsonrpc::gojson::raw::object_members;
     use crate::jsonrpc::gojson::testing::json_text;
-    use crate::jsonrpc::gojson::{object_members, scan_object_members, scan_value, Top};
+    use crate::jsonrpc::gojson::{scan_object_members, scan_value, Top};
 
     /// The one-pass path against the two-pass one on `buf`: it may give up, but whatever it
     /// builds, the scanner accepts and builds the same.

@@ -20,7 +20,7 @@ pub(super) fn too_deep(raw: &[u8], depth: usize) -> Result<(), SyntaxError> {
 
 /// The deepest nesting of arrays and objects in `raw` (a scalar is 0, `{}` is 1). A cheap pass
 /// that lets a caller refuse a deeply nested request before building a tree of it.
-pub fn nesting_depth(raw: &[u8]) -> usize {
+pub(crate) fn nesting_depth(raw: &[u8]) -> usize {
     bracket_depth(raw, usize::MAX).0
 }
 

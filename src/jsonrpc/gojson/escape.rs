@@ -32,7 +32,7 @@ fn needs_escape(b: u8) -> bool {
 }
 
 /// [`write_go_string`] over a sequence of characters.
-pub fn write_go_chars(out: &mut String, chars: impl Iterator<Item = char>) {
+pub(crate) fn write_go_chars(out: &mut String, chars: impl Iterator<Item = char>) {
     out.push('"');
     for c in chars {
         match c {
@@ -71,7 +71,7 @@ fn u_escape(cp: u32) -> [u8; 6] {
 /// `<`, `>`, `&`, U+2028 and U+2029 included, is copied as it is, so the text is `s.len() + 2`
 /// bytes plus one per quote, backslash, `\n`-style control and five per other control character:
 /// never more than the escapes those characters arrived as.
-pub fn write_plain_string(out: &mut String, s: &str) {
+pub(crate) fn write_plain_string(out: &mut String, s: &str) {
     out.reserve(s.len() + 2);
     out.push('"');
     let mut rest = s;
@@ -93,7 +93,7 @@ pub fn write_plain_string(out: &mut String, s: &str) {
 }
 
 /// The length of [`write_plain_string`]'s text for `s`, counted without writing it.
-pub fn plain_string_len(s: &str) -> usize {
+pub(crate) fn plain_string_len(s: &str) -> usize {
     let mut len = s.len() + 2;
     let mut rest = s.as_bytes();
     while let Some(at) = string_stop(rest) {
@@ -126,7 +126,7 @@ fn plain_short_escape(c: char) -> Option<char> {
 /// (how a node echoes the request `id`): insignificant whitespace removed, `<`, `>`, `&`, U+2028 and
 /// U+2029 inside strings escaped, every other byte (including existing escapes) kept.
 /// `raw` must be one valid JSON value.
-pub fn compact_into(out: &mut Vec<u8>, raw: &[u8]) {
+pub(crate) fn compact_into(out: &mut Vec<u8>, raw: &[u8]) {
     let mut in_string = false;
     let mut escaped = false;
     let mut i = 0;
@@ -165,7 +165,7 @@ pub fn compact_into(out: &mut Vec<u8>, raw: &[u8]) {
 }
 
 /// [`compact_into`] into a fresh buffer.
-pub fn compact(raw: &[u8]) -> Vec<u8> {
+pub(crate) fn compact(raw: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(raw.len());
     compact_into(&mut out, raw);
     out

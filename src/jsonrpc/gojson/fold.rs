@@ -9,13 +9,16 @@
 
 /// Go's `foldName`: ASCII letters upper-cased, and the two non-ASCII runes whose case-fold orbit
 /// reaches an ASCII letter (U+017F LATIN SMALL LETTER LONG S and U+212A KELVIN SIGN) mapped onto it.
-/// Two keys a Go struct decoder would treat as the same field fold to the same string.
-pub fn fold_key(key: &str) -> String {
+/// Two keys a Go struct decoder would treat as the same field fold to the same string. The
+/// reference the tests hold [`fold_eq`], [`fold_cmp`] and [`Folded`] to; the gateway itself
+/// folds without allocating.
+#[cfg(test)]
+pub(crate) fn fold_key(key: &str) -> String {
     key.chars().map(fold_char).collect()
 }
 
 /// One character of [`fold_key`].
-pub fn fold_char(c: char) -> char {
+pub(crate) fn fold_char(c: char) -> char {
     match c {
         'a'..='z' => c.to_ascii_uppercase(),
         '\u{017F}' => 'S',
@@ -25,7 +28,7 @@ pub fn fold_char(c: char) -> char {
 }
 
 /// Do two keys fold to the same name? (No allocation.)
-pub fn fold_eq(a: &str, b: &str) -> bool {
+pub(crate) fn fold_eq(a: &str, b: &str) -> bool {
     if a.is_ascii() && b.is_ascii() {
         // The common case: only ASCII letters fold, and they fold as ASCII case does.
         return a.eq_ignore_ascii_case(b);
@@ -34,7 +37,7 @@ pub fn fold_eq(a: &str, b: &str) -> bool {
 }
 
 /// Orders keys by their folded names. (No allocation.)
-pub fn fold_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+pub(crate) fn fold_cmp(a: &str, b: &str) -> std::cmp::Ordering {
     if a.is_ascii() && b.is_ascii() {
         // The common case, a byte at a time: an ASCII character is its one byte, and folds as
         // ASCII upper case does.
@@ -48,7 +51,7 @@ pub fn fold_cmp(a: &str, b: &str) -> std::cmp::Ordering {
 /// keys a Go decoder takes for the same field in one pass over an object, without folded copies.
 /// (std's hasher is keyed per process, so a client cannot choose keys that all collide.)
 #[derive(Debug, Clone, Copy)]
-pub struct Folded<'a>(pub &'a str);
+pub(crate) struct Folded<'a>(pub(crate) &'a str);
 
 impl PartialEq for Folded<'_> {
     fn eq(&self, other: &Self) -> bool {
@@ -118,7 +121,7 @@ impl WordFeeder {
 /// new. Small objects (nearly all) are compared in a list; past 16 keys the set
 /// moves to a hash set, so an object of n keys costs O(n), not O(n²), whatever its keys.
 #[derive(Debug)]
-pub struct FoldSet<'a> {
+pub(crate) struct FoldSet<'a> {
     /// The first keys, compared one by one (no allocation for a small object).
     list: [&'a str; FoldSet::LIST],
     listed: usize,
@@ -134,7 +137,7 @@ impl<'a> FoldSet<'a> {
 
     /// An empty set for an object of `members` keys (the hash set, if one is needed, is made
     /// that large at once instead of growing).
-    pub fn for_members(members: usize) -> FoldSet<'a> {
+    pub(crate) fn for_members(members: usize) -> FoldSet<'a> {
         FoldSet {
             list: [""; FoldSet::LIST],
             listed: 0,
@@ -144,7 +147,7 @@ impl<'a> FoldSet<'a> {
     }
 
     /// Adds `key`; false when a key of the same folded name was already there.
-    pub fn insert(&mut self, key: &'a str) -> bool {
+    pub(crate) fn insert(&mut self, key: &'a str) -> bool {
         if self.hashed.is_empty() {
             let listed = &self.list[..self.listed];
             if listed.iter().any(|k| fold_eq(k, key)) {

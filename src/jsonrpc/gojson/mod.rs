@@ -36,13 +36,17 @@ mod testing;
 mod tree;
 mod value;
 
-pub use depth::nesting_depth;
-pub use escape::{
-    compact, compact_into, go_quote, plain_string_len, write_go_chars, write_go_string,
-    write_plain_string,
+// The simulated node's vocabulary (and [`Json`]'s own types): public.
+pub use escape::{go_quote, write_go_string};
+pub use scanner::SyntaxError;
+pub use value::Json;
+
+// The gateway's: crate-private.
+pub(crate) use depth::nesting_depth;
+pub(crate) use escape::{
+    compact, compact_into, plain_string_len, write_go_chars, write_plain_string,
 };
-pub use fold::{fold_char, fold_cmp, fold_eq, fold_key, FoldSet, Folded};
-pub use raw::{array_elements, object_members, scan_object_members, RawMembers};
-pub use scanner::{scan_value, SyntaxError};
-pub use tree::go_lossy;
-pub use value::{Json, Members, Top, MAX_TREE_DEPTH};
+pub(crate) use fold::{fold_char, fold_cmp, fold_eq, FoldSet};
+pub(crate) use raw::{array_elements, scan_object_members};
+pub(crate) use scanner::scan_value;
+pub(crate) use value::Top;

@@ -10,12 +10,12 @@ use super::checked::Checked;
 use super::scanner::{is_space, scan_value, SyntaxError};
 
 /// An object's members as raw slices: `(key, value)`.
-pub type RawMembers<'a> = Vec<(&'a [u8], &'a [u8])>;
+pub(crate) type RawMembers<'a> = Vec<(&'a [u8], &'a [u8])>;
 
 /// The first value of `buf` checked as Go's scanner does and, when it is an object, its members
 /// as [`object_members`] gives them: one pass for the common case, else the scanner and the walk.
 /// `Err` is the scanner's error; `Ok(None)`: valid, but not an object.
-pub fn scan_object_members(buf: &[u8]) -> Result<Option<RawMembers<'_>>, SyntaxError> {
+pub(crate) fn scan_object_members(buf: &[u8]) -> Result<Option<RawMembers<'_>>, SyntaxError> {
     if let Some(members) = Checked::new(buf).raw_members() {
         return Ok(Some(members));
     }
@@ -26,7 +26,7 @@ pub fn scan_object_members(buf: &[u8]) -> Result<Option<RawMembers<'_>>, SyntaxE
 /// The members of a JSON object as raw slices: `(key, value)`, the key without its quotes and still
 /// escaped, the value exactly as written. `raw` must be one object already validated by
 /// [`scan_value`]; anything else gives `None`.
-pub fn object_members(raw: &[u8]) -> Option<RawMembers<'_>> {
+pub(crate) fn object_members(raw: &[u8]) -> Option<RawMembers<'_>> {
     let mut p = RawWalker { buf: raw, pos: 0 };
     p.ws();
     if p.peek()? != b'{' {
@@ -130,7 +130,7 @@ impl RawWalker<'_> {
 
 /// The elements of a JSON array as raw slices. `raw` must be one array already validated by
 /// [`scan_value`]; anything else gives `None`.
-pub fn array_elements(raw: &[u8]) -> Option<Vec<&[u8]>> {
+pub(crate) fn array_elements(raw: &[u8]) -> Option<Vec<&[u8]>> {
     let mut p = RawWalker { buf: raw, pos: 0 };
     p.ws();
     if p.peek()? != b'[' {

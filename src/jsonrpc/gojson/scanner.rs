@@ -94,7 +94,7 @@ enum Step {
 
 /// Finds the end of the first JSON value in `buf` (after leading whitespace) exactly as Go's
 /// `json.Decoder` does: returns the byte range of the value, or Go's error.
-pub fn scan_value(buf: &[u8]) -> Result<std::ops::Range<usize>, SyntaxError> {
+pub(crate) fn scan_value(buf: &[u8]) -> Result<std::ops::Range<usize>, SyntaxError> {
     scan(buf).map(|(range, _)| range)
 }
 

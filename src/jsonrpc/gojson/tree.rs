@@ -176,7 +176,7 @@ impl TreeParser<'_> {
 /// invalid sequence as its own U+FFFD (Go's `utf8.DecodeRune` steps over one byte at a time, where
 /// `String::from_utf8_lossy` makes one U+FFFD of a cut-short sequence of two or three bytes: Go
 /// reads `"\xE2\x80A"` as two U+FFFD and `A`). Linear: each byte is looked at once or twice.
-pub fn go_lossy(bytes: &[u8]) -> Cow<'_, str> {
+pub(super) fn go_lossy(bytes: &[u8]) -> Cow<'_, str> {
     let mut rest = match std::str::from_utf8(bytes) {
         Ok(s) => return Cow::Borrowed(s),
         Err(_) => bytes,

@@ -17,7 +17,7 @@ use super::scanner::{scan, SyntaxError};
 use super::tree::TreeParser;
 
 /// The deepest [`Json`] tree built: far beyond any real request, well within a task's stack.
-pub const MAX_TREE_DEPTH: usize = 512;
+pub(crate) const MAX_TREE_DEPTH: usize = 512;
 
 /// A parsed JSON value. Numbers keep their source text; object members keep their order and
 /// duplicates, so callers decide how keys are matched (see [`Json::field`]).
@@ -58,7 +58,7 @@ impl Json {
     /// Parses the first JSON value of `buf` once: an object comes back as its members, each with
     /// the byte range of its value in `buf` (so a raw value such as a request id can be echoed
     /// verbatim without another pass).
-    pub fn parse_top(buf: &[u8]) -> Result<Top<'_>, SyntaxError> {
+    pub(crate) fn parse_top(buf: &[u8]) -> Result<Top<'_>, SyntaxError> {
         if let Some(members) = Checked::new(buf).top_object() {
             return Ok(Top::Object(members));
         }
@@ -146,7 +146,7 @@ impl Json {
     /// make six bytes of each `<`, `>`, `&` and three of U+2028; without them the text is never
     /// longer than the text the value was parsed from, except where invalid UTF-8 became U+FFFD
     /// (three bytes for as little as one): [`Json::plain_len`] says how long it will be.
-    pub fn encode_plain_into(&self, out: &mut String) {
+    pub(crate) fn encode_plain_into(&self, out: &mut String) {
         self.encode_with(out, write_plain_string);
     }
 
@@ -184,7 +184,7 @@ impl Json {
 
     /// The exact length of [`Json::encode_plain_into`]'s text, counted without writing it (one
     /// pass, no allocation), so a caller can refuse a value that would encode past a limit.
-    pub fn plain_len(&self) -> usize {
+    pub(crate) fn plain_len(&self) -> usize {
         match self {
             Json::Null => 4,
             Json::Bool(true) => 4,
@@ -214,7 +214,7 @@ impl Json {
 
 /// The first value of a body, as [`Json::parse_top`] returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Top<'a> {
+pub(crate) enum Top<'a> {
     /// An object: its members in order, each with the byte range of its value.
     Object(Members<'a>),
     /// Anything else.
@@ -223,7 +223,7 @@ pub enum Top<'a> {
 
 /// Members of an object with the byte range of each value, as [`Top::Object`] holds them.
 /// Keys are borrowed from the body unless they had to be decoded (escapes, invalid UTF-8).
-pub type Members<'a> = Vec<(Cow<'a, str>, Json, std::ops::Range<usize>)>;
+pub(crate) type Members<'a> = Vec<(Cow<'a, str>, Json, std::ops::Range<usize>)>;
 
 #[cfg(test)]
 mod tests {
