@@ -8,7 +8,7 @@
 //! Go: other error texts, first duplicate wins in a map, numbers through `f64` unless asked, no
 //! Go case folding. So this is hand-written, one concept per file:
 //!
-//! * `scanner.rs`: a port of Go's `scanner.go` state machine. [`scan_value`] finds the end of the
+//! * `scanner.rs`: a port of Go's `scanner.go` state machine. `scan_value` finds the end of the
 //!   first JSON value and reports the first syntax error with Go's message (`invalid character 'h'
 //!   looking for beginning of value`, `unexpected EOF`, `EOF`).
 //! * `value.rs`: [`Json`], a parsed tree that keeps numbers as their validated source text, so
@@ -22,7 +22,7 @@
 //! * `escape.rs`: Go's encoder (`<`, `>`, `&`, U+2028 and U+2029 escaped) for text that must match
 //!   a node's byte for byte (error `data`, echoed ids, `json.Compact`); the plain encoding for what
 //!   is sent to a node, so a re-encoded request never outgrows the client's; Go's `%q`.
-//! * `fold.rs`: Go's case folding for struct field names; [`FoldSet`] finds two keys of one object
+//! * `fold.rs`: Go's case folding for struct field names; `FoldSet` finds two keys of one object
 //!   that fold alike in one pass (a request of many keys costs time linear in its size).
 
 mod checked;

@@ -35,7 +35,7 @@ pub enum Json {
 impl Json {
     /// Parses the first JSON value of `buf` with Go's syntax rules (trailing data is ignored).
     ///
-    /// Trees deeper than [`MAX_TREE_DEPTH`] are refused (Go's own scanner allows 10,000 levels;
+    /// Trees deeper than `MAX_TREE_DEPTH` (512) are refused (Go's own scanner allows 10,000 levels;
     /// building and dropping a tree that deep would overflow a task's stack).
     pub fn parse(buf: &[u8]) -> Result<Json, SyntaxError> {
         if let Some(value) = Checked::new(buf).container() {
