@@ -101,6 +101,8 @@ async fn ids_are_echoed_byte_for_byte() {
             "{sent}: {}",
             via_gateway.body
         );
+        // The id is held to the catalog's bytes above (gateway and devnode echo it with the same
+        // code); the rest of the body is the devnode's answer, forwarded.
         assert_eq!(via_gateway.body, direct.body, "{sent}");
     }
     c.gateway.shutdown().await;
@@ -129,33 +131,97 @@ async fn notifications_get_an_empty_200() {
     c.gateway.shutdown().await;
 }
 
+/// The -32700 / -32600 bodies of avalanchego's error catalog (gorilla/rpc json2 over Go's
+/// encoding/json, each checked byte for byte against a replica built from the versions a node
+/// pins). `data` echoes the envelope as far as Go decoded it, `id` is echoed only when it was
+/// decoded, and every body ends with the `\n` of Go's `json.Encoder`.
+const EMPTY_DATA: &str = r#"{"jsonrpc":"","method":"","params":null,"id":null}"#;
+
+/// A -32700 body with nothing decoded (a syntax error, or a body that is not an object).
+fn parse_error(message: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","error":{{"code":-32700,"message":"{message}","data":{EMPTY_DATA}}},"id":null}}"#
+    ) + "\n"
+}
+
 #[tokio::test]
 async fn malformed_envelopes_get_the_nodes_own_error_bodies() {
     let c = Cluster::start(1, Duration::from_secs(60), |_| {}).await;
-    let cases = [
-        "",
-        "   ",
-        r#"{"jsonrpc":"2.0","#,
-        "hello",
-        "5",
-        r#""x""#,
-        r#"{"jsonrpc":2.0,"method":"platform.getHeight","id":7}"#,
-        r#"{"jsonrpc":"2.0","method":5,"id":7}"#,
-        r#"{"jsonrpc":"1.0","method":"platform.getHeight","id":7}"#,
-        r#"{"method":"platform.getHeight","id":7,"params":{"a":"<>"}}"#,
-        "\u{feff}{}",
+    // (body sent, the catalog's answer). The gateway answers these itself, with the same `jsonrpc`
+    // code the devnode uses, so each is held to the catalog rather than to the devnode.
+    let cases: [(&str, String); 11] = [
+        // Empty body or whitespace: Go's io.EOF.
+        ("", parse_error("EOF")),
+        ("   ", parse_error("EOF")),
+        // Truncated JSON.
+        (r#"{"jsonrpc":"2.0","#, parse_error("unexpected EOF")),
+        // Not JSON.
+        (
+            "hello",
+            parse_error("invalid character 'h' looking for beginning of value"),
+        ),
+        // A body that is JSON but not an object.
+        (
+            "5",
+            parse_error("json: cannot unmarshal number into Go value of type json2.serverRequest"),
+        ),
+        (
+            r#""x""#,
+            parse_error("json: cannot unmarshal string into Go value of type json2.serverRequest"),
+        ),
+        // `"jsonrpc":2.0` (a number): Go goes on decoding, so `data` holds the other fields and
+        // the id is echoed.
+        (
+            r#"{"jsonrpc":2.0,"method":"platform.getHeight","id":7}"#,
+            concat!(
+                r#"{"jsonrpc":"2.0","error":{"code":-32700,"message":"json: cannot unmarshal number into Go struct field serverRequest.jsonrpc of type string","#,
+                r#""data":{"jsonrpc":"","method":"platform.getHeight","params":null,"id":7}},"id":7}"#,
+                "\n"
+            )
+            .to_string(),
+        ),
+        // `"method":5`.
+        (
+            r#"{"jsonrpc":"2.0","method":5,"id":7}"#,
+            concat!(
+                r#"{"jsonrpc":"2.0","error":{"code":-32700,"message":"json: cannot unmarshal number into Go struct field serverRequest.method of type string","#,
+                r#""data":{"jsonrpc":"2.0","method":"","params":null,"id":7}},"id":7}"#,
+                "\n"
+            )
+            .to_string(),
+        ),
+        // `"jsonrpc":"1.0"` with id 7: the catalog's body as it stands.
+        (
+            r#"{"jsonrpc":"1.0","method":"platform.getHeight","id":7}"#,
+            concat!(
+                r#"{"jsonrpc":"2.0","error":{"code":-32600,"message":"jsonrpc must be 2.0","data":{"jsonrpc":"1.0","method":"platform.getHeight","params":null,"id":7}},"id":7}"#,
+                "\n"
+            )
+            .to_string(),
+        ),
+        // `jsonrpc` missing: the same -32600; the params in `data` as Go's encoder writes a
+        // RawMessage (compact, `<` and `>` escaped).
+        (
+            r#"{"method":"platform.getHeight","id":7,"params":{"a":"<>"}}"#,
+            concat!(
+                r#"{"jsonrpc":"2.0","error":{"code":-32600,"message":"jsonrpc must be 2.0","data":{"jsonrpc":"","method":"platform.getHeight","params":{"a":"\u003c\u003e"},"id":7}},"id":7}"#,
+                "\n"
+            )
+            .to_string(),
+        ),
+        // A UTF-8 byte order mark: a parse error, its first byte named as Go's scanner names it.
+        (
+            "\u{feff}{}",
+            parse_error("invalid character 'ï' looking for beginning of value"),
+        ),
     ];
-    for body in cases {
-        let via_gateway = post(&format!("{}/ext/bc/P", c.url()), body).await;
-        let direct = post(&format!("{}/ext/bc/P", c.nodes[0].url()), body).await;
-        assert_eq!(via_gateway.status, 200, "{body:?}");
-        assert_eq!(via_gateway.body, direct.body, "{body:?}");
+    for (body, expected) in &cases {
+        for base in [c.url(), c.nodes[0].url()] {
+            let r = post(&format!("{base}/ext/bc/P"), body).await;
+            assert_eq!(r.status, 200, "{base} {body:?}");
+            assert_eq!(&r.body, expected, "{base} {body:?}");
+        }
     }
-    let r = post(&format!("{}/ext/bc/P", c.url()), "hello").await;
-    assert_eq!(
-        r.body,
-        "{\"jsonrpc\":\"2.0\",\"error\":{\"code\":-32700,\"message\":\"invalid character 'h' looking for beginning of value\",\"data\":{\"jsonrpc\":\"\",\"method\":\"\",\"params\":null,\"id\":null}},\"id\":null}\n"
-    );
     c.gateway.shutdown().await;
 }
 

@@ -10,7 +10,7 @@
 //! could disagree about the request (two keys that fold to the same name), so the gateway can refuse
 //! such an envelope instead of guessing.
 
-use super::gojson::{compact_into, fold_eq, write_go_string, FoldSet, Json, SyntaxError, Top};
+use super::gojson::{compact, fold_eq, write_go_string, FoldSet, Json, SyntaxError, Top};
 
 /// The top-level members of a decoded request, as a node sees them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -82,12 +82,6 @@ impl Decoded {
         out.push('}');
         out
     }
-}
-
-fn compact(raw: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(raw.len());
-    compact_into(&mut out, raw);
-    out
 }
 
 const TOP_TYPE: &str = "json2.serverRequest";

@@ -43,7 +43,7 @@ pub fn resolve(
 }
 
 /// avalanchego's `request.Method()`: upper-cases the first rune after the first dot.
-pub fn map_name(wire: &str) -> Result<String, LookupError> {
+fn map_name(wire: &str) -> Result<String, LookupError> {
     let Some((class, function)) = wire.split_once('.') else {
         return Ok(wire.to_string());
     };
@@ -58,15 +58,6 @@ pub fn map_name(wire: &str) -> Result<String, LookupError> {
     }
     let upper: String = first.to_uppercase().collect();
     Ok(format!("{class}.{upper}{}", chars.as_str()))
-}
-
-/// The wire name a Go method is called by (`GetHeight` -> `getHeight`).
-pub fn wire_name(go_method: &str) -> String {
-    let mut chars = go_method.chars();
-    match chars.next() {
-        Some(first) => first.to_lowercase().collect::<String>() + chars.as_str(),
-        None => String::new(),
-    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ pub const JSON_CONTENT_TYPE: &str = "application/json; charset=utf-8";
 
 /// Appends `{"jsonrpc":"2.0","result":<result>,"id":<id>}\n`; `result` must be compact JSON and
 /// `id` the raw id as the client sent it (it is compacted here, as Go does).
-pub fn write_success(out: &mut Vec<u8>, result: &[u8], id: Option<&[u8]>) {
+pub(crate) fn write_success(out: &mut Vec<u8>, result: &[u8], id: Option<&[u8]>) {
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"result\":");
     out.extend_from_slice(result);
     write_id(out, id);
