@@ -2,23 +2,23 @@
 //!
 //! The request path, outermost first (composed in one place, [`stack`]):
 //!
-//! 1. [`server`] accepts HTTP/1.1 and cleartext HTTP/2 connections, bounded per client address,
+//! 1. `server` accepts HTTP/1.1 and cleartext HTTP/2 connections, bounded per client address,
 //!    in time and in HTTP/2 streams, and drains them on shutdown;
 //! 2. [`http`]: request id, trace, CORS as a node answers it, drain, compression, then the router
 //!    (the node's 404/405/415, the body within its limits, snowgate's own endpoints) and the
 //!    decoding of the JSON-RPC envelope (or a batch) into calls, with the node's rules
 //!    ([`jsonrpc`]);
-//! 3. per call: [`policy`] (who may call what), [`ratelimit`] (the caller's quota), [`cache`]
+//! 3. per call: `policy` (who may call what), [`ratelimit`] (the caller's quota), [`cache`]
 //!    (answers by finality, identical misses coalesced), [`upstream`] (a healthy node, its answer
 //!    checked).
 //!
 //! The modules read bottom-up, and none imports one above it or beside it (`tests/layers.rs`):
 //!
-//! * leaves, the vocabulary: [`jsonrpc`], [`body`], [`methods`], [`keys`], [`error`], [`call`],
+//! * leaves, the vocabulary: [`jsonrpc`], [`body`], [`methods`], `keys`, [`error`], [`call`],
 //!   [`config`], [`metrics`];
-//! * the per-call layers, independent of each other: [`policy`], [`ratelimit`], [`cache`],
+//! * the per-call layers, independent of each other: `policy`, [`ratelimit`], [`cache`],
 //!   [`upstream`];
-//! * [`http`], then [`stack`], then [`server`] and [`gateway`] (assembling a running gateway from
+//! * [`http`], then [`stack`], then `server` and [`gateway`] (assembling a running gateway from
 //!   a config), then the command line ([`cli`], [`demo`]).
 //!
 //! [`devnode`] (the `devnode` feature, on by default) is the simulated avalanchego that tests,

@@ -4,7 +4,7 @@
 //! * Clients presenting a key from `[[rate_limit.keys]]` (`Authorization: Bearer`, `X-Api-Key` or
 //!   `rlToken`, the header `@avalanche-sdk/client` sends) get that key's own quota; everyone else is
 //!   limited per IP ([`client::client_ip`]). Keys are parsed and compared as the admin keys are
-//!   ([`crate::keys`]). Admin callers are not limited.
+//!   (`crate::keys`). Admin callers are not limited.
 //! * Each call costs its method's `cost` from the registry; a cache hit costs `cost ×
 //!   cached_cost_factor`. Quotas are kept in tenths of a unit so fractional costs are exact enough.
 //! * A call snowgate refuses itself (unparsable, unknown method, not allowed, over the batch or

@@ -3,14 +3,15 @@
 //! refusals, as avalanchego v1.14 runs them), plus what tests need from a simulated node:
 //! faults on demand, call counts, going down and up again, and a control endpoint.
 //!
-//! A request goes through, in this order ([`handle`] and [`node_stack`]):
+//! A request goes through, in this order (`handle` and `node_stack`):
 //!
-//! 1. [`control`]: `/_devnode/...` is answered first, outside the node's stack (no faults).
-//! 2. [`faults`]: hang, latency, dropped connections, injected 500s.
-//! 3. `Node-Id` on every answer, then [`cors`] (preflights end here), then the [`hosts`] filter,
-//!    the `Avalanche-Api-Route` header, then [`routes`] (404, 301 for unclean paths).
+//! 1. `control`: `/_devnode/...` is answered first, outside the node's stack (no faults).
+//! 2. `faults`: hang, latency, dropped connections, injected 500s.
+//! 3. `Node-Id` on every answer, then CORS ([`crate::jsonrpc::http::Cors`], the gateway's rules too;
+//!    preflights end here), then the `hosts` filter,
+//!    the `Avalanche-Api-Route` header, then `routes` (404, 301 for unclean paths).
 //! 4. P-chain routes only: the bootstrapping gate (503).
-//! 5. [`rpc`]: gorilla/rpc's 405/415, the envelope, method dispatch to the chain or [`health`].
+//! 5. `rpc`: gorilla/rpc's 405/415, the envelope, method dispatch to the chain or `health`.
 //!
 //! [`DevNode`] owns a running node; [`Control`] is the cheap, cloneable handle that changes it.
 
