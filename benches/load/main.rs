@@ -21,6 +21,10 @@
 //! from the server it measures; each server gets as many worker threads (nginx: worker processes)
 //! as it has CPUs. `LOAD_SERVER_CPUS` / `LOAD_CLIENT_CPUS` (taskset lists) override.
 //!
+//! snowgate runs with its shipped defaults, rate limiting on, as users run it: each instance's
+//! configuration sets only its listen address, its upstream, `[cache] max_bytes` and the rate
+//! limit's rate and burst, raised so that one wrk client never exhausts the quota.
+//!
 //! Knobs (environment): `LOAD_DURATION` (seconds per run, default 5), `LOAD_ROUNDS` (3), `LOAD_CONNECTIONS` (32),
 //! `LOAD_THREADS` (wrk threads, 1), `LOAD_KEYS` (1000000), `LOAD_RUST_LOG` (snowgate's log filter,
 //! default `info` as in production). It installs wrk and nginx with apt-get when they are missing,
@@ -54,6 +58,9 @@ impl Drop for TempDir {
         }
     }
 }
+
+/// The rate and burst of snowgate's rate limit in every run (see `Bench::start_snowgate`).
+const RATE_LIMIT_QUOTA: u32 = 4_000_000;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -125,8 +132,15 @@ impl Bench {
     ) -> Result<(Proc, String), String> {
         let port = free_port();
         let config = self.dir.join(format!("{name}.toml"));
+        // Shipped defaults, as users run snowgate, rate limiting on, except three numbers: the
+        // listen address, the cache bound of each run, and the quota's rate and burst. wrk drives
+        // every run from one client IP at up to ~100,000 calls/s and the fills send 1,000,000
+        // calls in under a minute: the default quota (50/s, burst 100) would refuse almost all of
+        // them, and the benchmark would measure 429s. RATE_LIMIT_QUOTA (20x the fastest run's
+        // 200,000 cost units/s, under the validator's bound of u32::MAX / 10) keeps every check
+        // and bucket update on the path without the load ever exhausting it.
         let text = format!(
-            "[server]\nlisten = \"127.0.0.1:{port}\"\n\n[[upstreams]]\nname = \"devnode\"\nurl = \"http://127.0.0.1:{node_port}\"\n\n[cache]\nmax_bytes = {max_bytes}\n\n# One client drives every run: the benchmark measures the request path, not the quota.\n[rate_limit]\nenabled = false\n"
+            "[server]\nlisten = \"127.0.0.1:{port}\"\n\n[[upstreams]]\nname = \"devnode\"\nurl = \"http://127.0.0.1:{node_port}\"\n\n[cache]\nmax_bytes = {max_bytes}\n\n[rate_limit]\nrequests_per_second = {RATE_LIMIT_QUOTA}\nburst = {RATE_LIMIT_QUOTA}\n"
         );
         std::fs::write(&config, text).map_err(|e| e.to_string())?;
         let mut cmd = self.snowgate_cmd();
@@ -706,7 +720,7 @@ fn run() -> Result<(), String> {
     let _ = writeln!(out, "\n## snowgate load benchmark, {}", now_utc());
     let _ = writeln!(
         out,
-        "\n{}; servers pinned to CPU(s) {} with {} worker(s) each, wrk ({}) pinned to CPU(s) {}; wrk -t{} -c{} -d{}s, {} rounds (the median round shown; a {}s warm-up before the first); snowgate RUST_LOG={}.\n",
+        "\n{}; servers pinned to CPU(s) {} with {} worker(s) each, wrk ({}) pinned to CPU(s) {}; wrk -t{} -c{} -d{}s, {} rounds (the median round shown; a {}s warm-up before the first); snowgate with its shipped defaults, rate limiting on (only the quota's rate and burst raised to {RATE_LIMIT_QUOTA} units, which the load cannot exhaust), RUST_LOG={}.\n",
         machine(),
         if pin.server.is_empty() { "-" } else { &pin.server },
         pin.workers,
