@@ -31,9 +31,13 @@
 //! never talks to anything but 127.0.0.1, stops every process it started when it ends or fails,
 //! and a watchdog ends the run after 15 minutes whatever happens.
 //!
+//! `LOAD_AB=/path/a,/path/b` runs the A/B mode instead of the full table: two snowgate builds
+//! compared in alternating rounds ([`ab`]).
+//!
 //! It does not run under `cargo test`: without `--bench` (which `cargo bench` passes) it exits at
 //! once.
 
+mod ab;
 mod ceiling;
 mod client;
 mod nginx;
@@ -92,7 +96,15 @@ fn main() {
         println!("load benchmark: run it with `cargo bench --bench load`");
         return;
     }
-    procs::watchdog(Duration::from_secs(15 * 60));
+    // 15 minutes for the full benchmark. An A/B of 3 rounds takes about 10 minutes on an idle
+    // machine, but its 1,000,000-key fills slow down most when the machine is shared: 30 minutes
+    // per 3 rounds.
+    let limit = if std::env::var_os("LOAD_AB").is_some() {
+        30 * 60 * env_or("LOAD_ROUNDS", 3u64).max(1).div_ceil(3)
+    } else {
+        15 * 60
+    };
+    procs::watchdog(Duration::from_secs(limit));
     if let Err(e) = run() {
         eprintln!("load benchmark failed: {e}");
         std::process::exit(1);
@@ -119,13 +131,34 @@ impl Bench {
             .map_err(|e| format!("starting {name}: {e}"))
     }
 
-    fn snowgate_cmd(&self) -> std::process::Command {
-        pinned(&self.pin.server, &self.snowgate)
-    }
-
-    /// A snowgate instance in front of the devnode with `[cache] max_bytes`.
+    /// A snowgate instance of the bench's own build in front of the devnode with `[cache]
+    /// max_bytes`.
     fn start_snowgate(
         &self,
+        name: &str,
+        node_port: u16,
+        max_bytes: u64,
+    ) -> Result<(Proc, String), String> {
+        self.start_gateway(&self.snowgate, name, node_port, max_bytes)
+    }
+
+    /// The devnode, of the bench's own build: ~1000 historical blocks with their transactions.
+    /// Blocks are slow so that the chain hardly moves during the run. Returns it, its port and
+    /// its URL.
+    fn start_devnode(&self) -> Result<(Proc, u16, String), String> {
+        let node_port = free_port();
+        let mut cmd = pinned(&self.pin.server, &self.snowgate);
+        cmd.args(["devnode", "--listen", &format!("127.0.0.1:{node_port}")])
+            .args(["--block-interval", "60s"]);
+        let mut devnode = self.server("devnode", cmd)?;
+        procs::wait_listening(&mut devnode, addr(node_port), Duration::from_secs(20))?;
+        Ok((devnode, node_port, format!("http://127.0.0.1:{node_port}")))
+    }
+
+    /// A snowgate instance of the binary `bin` in front of the devnode with `[cache] max_bytes`.
+    fn start_gateway(
+        &self,
+        bin: &Path,
         name: &str,
         node_port: u16,
         max_bytes: u64,
@@ -143,13 +176,53 @@ impl Bench {
             "[server]\nlisten = \"127.0.0.1:{port}\"\n\n[[upstreams]]\nname = \"devnode\"\nurl = \"http://127.0.0.1:{node_port}\"\n\n[cache]\nmax_bytes = {max_bytes}\n\n[rate_limit]\nrequests_per_second = {RATE_LIMIT_QUOTA}\nburst = {RATE_LIMIT_QUOTA}\n"
         );
         std::fs::write(&config, text).map_err(|e| e.to_string())?;
-        let mut cmd = self.snowgate_cmd();
+        let mut cmd = pinned(&self.pin.server, bin);
         cmd.arg("serve").arg("--config").arg(&config);
         let mut p = self.server(name, cmd)?;
         procs::wait_listening(&mut p, addr(port), Duration::from_secs(20))?;
         let url = format!("http://127.0.0.1:{port}");
         self.wait_healthy(&url)?;
         Ok((p, url))
+    }
+
+    /// The devnode's block and transaction IDs, the cache-hit mix (`getBlock` for every block,
+    /// `getTx` for every transaction) and the forwarded bodies (`sampleValidators`, never cached).
+    #[allow(clippy::type_complexity)]
+    fn bodies(
+        &self,
+        node: &str,
+    ) -> Result<
+        (
+            Vec<String>,
+            Vec<String>,
+            Vec<(String, String)>,
+            Vec<(String, String)>,
+        ),
+        String,
+    > {
+        let (blocks, txs) = self.rt.block_on(client::discover(&self.http, node))?;
+        if blocks.is_empty() || txs.is_empty() {
+            return Err("the devnode has no blocks or transactions".into());
+        }
+        let mut mix: Vec<(String, String)> = Vec::new();
+        for id in &blocks {
+            let body = client::rpc_body("platform.getBlock", &serde_json::json!({"blockID": id}));
+            mix.push(("/ext/bc/P".into(), body));
+        }
+        for id in &txs {
+            let body = client::rpc_body("platform.getTx", &serde_json::json!({"txID": id}));
+            mix.push(("/ext/bc/P".into(), body));
+        }
+        let forward: Vec<(String, String)> = (1..=5)
+            .map(|size| {
+                let body = client::rpc_body(
+                    "platform.sampleValidators",
+                    &serde_json::json!({"size": size}),
+                );
+                ("/ext/bc/P".to_string(), body)
+            })
+            .collect();
+        Ok((blocks, txs, mix, forward))
     }
 
     fn wait_healthy(&self, url: &str) -> Result<(), String> {
@@ -352,6 +425,24 @@ fn run() -> Result<(), String> {
         rt,
         http: client::http(),
     };
+    if let Some(bins) = ab::binaries()? {
+        eprintln!(
+            "A/B load benchmark: servers on CPUs [{}], wrk on [{}]; wrk -t{} -c{} -d{}s; temp dir {}",
+            pin.server,
+            pin.client,
+            load.threads,
+            load.connections,
+            load.duration.as_secs(),
+            dir.display()
+        );
+        let out = ab::run(&b, &bins, &load)?;
+        println!("{out}");
+        let report = Path::new(env!("CARGO_TARGET_TMPDIR")).join("load-ab-report.md");
+        if std::fs::write(&report, &out).is_ok() {
+            eprintln!("report written to {}", report.display());
+        }
+        return Ok(());
+    }
     let started = Instant::now();
     eprintln!(
         "load benchmark: servers on CPUs [{}], wrk on [{}], {} worker(s) each; wrk -t{} -c{} -d{}s; temp dir {}",
@@ -366,35 +457,8 @@ fn run() -> Result<(), String> {
 
     // The devnode: ~1000 historical blocks with their transactions. Blocks are slow so that the
     // chain hardly moves during the run.
-    let node_port = free_port();
-    let mut cmd = pinned(&pin.server, &b.snowgate);
-    cmd.args(["devnode", "--listen", &format!("127.0.0.1:{node_port}")])
-        .args(["--block-interval", "60s"]);
-    let mut devnode = b.server("devnode", cmd)?;
-    procs::wait_listening(&mut devnode, addr(node_port), Duration::from_secs(20))?;
-    let node = format!("http://127.0.0.1:{node_port}");
-    let (blocks, txs) = b.rt.block_on(client::discover(&b.http, &node))?;
-    if blocks.is_empty() || txs.is_empty() {
-        return Err("the devnode has no blocks or transactions".into());
-    }
-    let mut mix: Vec<(String, String)> = Vec::new();
-    for id in &blocks {
-        let body = client::rpc_body("platform.getBlock", &serde_json::json!({"blockID": id}));
-        mix.push(("/ext/bc/P".into(), body));
-    }
-    for id in &txs {
-        let body = client::rpc_body("platform.getTx", &serde_json::json!({"txID": id}));
-        mix.push(("/ext/bc/P".into(), body));
-    }
-    let forward: Vec<(String, String)> = (1..=5)
-        .map(|size| {
-            let body = client::rpc_body(
-                "platform.sampleValidators",
-                &serde_json::json!({"size": size}),
-            );
-            ("/ext/bc/P".to_string(), body)
-        })
-        .collect();
+    let (devnode, node_port, node) = b.start_devnode()?;
+    let (blocks, txs, mix, forward) = b.bodies(&node)?;
     let mix_file = dir.join("mix.txt");
     let forward_file = dir.join("forward.txt");
     write_bodies(&mix_file, &mix)?;
