@@ -319,11 +319,16 @@ impl Bench {
     }
 
     /// Fills snowgate with `platform.getTx {txID, nonce}` for nonces in `range`.
+    ///
+    /// Over a client of its own, dropped at the end: its 32 connections would otherwise stay
+    /// idle in the shared pool, and with wrk's 32 they reach snowgate's default
+    /// `max_connections_per_ip` (64), so wrk's new connections would be refused with 503s.
     fn fill(&self, url: &str, txid: &str, range: std::ops::Range<usize>) -> Result<(), String> {
         let txid = txid.to_string();
         let start = range.start;
+        let http = client::http();
         self.rt.block_on(client::each(
-            &self.http,
+            &http,
             &format!("{url}/ext/bc/P"),
             range.len(),
             32,
