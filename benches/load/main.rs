@@ -21,15 +21,23 @@
 //! from the server it measures; each server gets as many worker threads (nginx: worker processes)
 //! as it has CPUs. `LOAD_SERVER_CPUS` / `LOAD_CLIENT_CPUS` (taskset lists) override.
 //!
+//! snowgate runs with its shipped defaults, rate limiting on, as users run it: each instance's
+//! configuration sets only its listen address, its upstream, `[cache] max_bytes` and the rate
+//! limit's rate and burst, raised so that one wrk client never exhausts the quota.
+//!
 //! Knobs (environment): `LOAD_DURATION` (seconds per run, default 5), `LOAD_ROUNDS` (3), `LOAD_CONNECTIONS` (32),
 //! `LOAD_THREADS` (wrk threads, 1), `LOAD_KEYS` (1000000), `LOAD_RUST_LOG` (snowgate's log filter,
 //! default `info` as in production). It installs wrk and nginx with apt-get when they are missing,
 //! never talks to anything but 127.0.0.1, stops every process it started when it ends or fails,
 //! and a watchdog ends the run after 15 minutes whatever happens.
 //!
+//! `LOAD_AB=/path/a,/path/b` runs the A/B mode instead of the full table: two snowgate builds
+//! compared in alternating rounds ([`ab`]).
+//!
 //! It does not run under `cargo test`: without `--bench` (which `cargo bench` passes) it exits at
 //! once.
 
+mod ab;
 mod ceiling;
 mod client;
 mod nginx;
@@ -54,6 +62,9 @@ impl Drop for TempDir {
         }
     }
 }
+
+/// The rate and burst of snowgate's rate limit in every run (see `Bench::start_snowgate`).
+const RATE_LIMIT_QUOTA: u32 = 4_000_000;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -85,7 +96,15 @@ fn main() {
         println!("load benchmark: run it with `cargo bench --bench load`");
         return;
     }
-    procs::watchdog(Duration::from_secs(15 * 60));
+    // 15 minutes for the full benchmark. An A/B of 3 rounds takes about 10 minutes on an idle
+    // machine, but its 1,000,000-key fills slow down most when the machine is shared: 30 minutes
+    // per 3 rounds.
+    let limit = if std::env::var_os("LOAD_AB").is_some() {
+        30 * 60 * env_or("LOAD_ROUNDS", 3u64).max(1).div_ceil(3)
+    } else {
+        15 * 60
+    };
+    procs::watchdog(Duration::from_secs(limit));
     if let Err(e) = run() {
         eprintln!("load benchmark failed: {e}");
         std::process::exit(1);
@@ -112,30 +131,98 @@ impl Bench {
             .map_err(|e| format!("starting {name}: {e}"))
     }
 
-    fn snowgate_cmd(&self) -> std::process::Command {
-        pinned(&self.pin.server, &self.snowgate)
-    }
-
-    /// A snowgate instance in front of the devnode with `[cache] max_bytes`.
+    /// A snowgate instance of the bench's own build in front of the devnode with `[cache]
+    /// max_bytes`.
     fn start_snowgate(
         &self,
         name: &str,
         node_port: u16,
         max_bytes: u64,
     ) -> Result<(Proc, String), String> {
+        self.start_gateway(&self.snowgate, name, node_port, max_bytes)
+    }
+
+    /// The devnode, of the bench's own build: ~1000 historical blocks with their transactions.
+    /// Blocks are slow so that the chain hardly moves during the run. Returns it, its port and
+    /// its URL.
+    fn start_devnode(&self) -> Result<(Proc, u16, String), String> {
+        let node_port = free_port();
+        let mut cmd = pinned(&self.pin.server, &self.snowgate);
+        cmd.args(["devnode", "--listen", &format!("127.0.0.1:{node_port}")])
+            .args(["--block-interval", "60s"]);
+        let mut devnode = self.server("devnode", cmd)?;
+        procs::wait_listening(&mut devnode, addr(node_port), Duration::from_secs(20))?;
+        Ok((devnode, node_port, format!("http://127.0.0.1:{node_port}")))
+    }
+
+    /// A snowgate instance of the binary `bin` in front of the devnode with `[cache] max_bytes`.
+    fn start_gateway(
+        &self,
+        bin: &Path,
+        name: &str,
+        node_port: u16,
+        max_bytes: u64,
+    ) -> Result<(Proc, String), String> {
         let port = free_port();
         let config = self.dir.join(format!("{name}.toml"));
+        // Shipped defaults, as users run snowgate, rate limiting on, except three numbers: the
+        // listen address, the cache bound of each run, and the quota's rate and burst. wrk drives
+        // every run from one client IP at up to ~100,000 calls/s and the fills send 1,000,000
+        // calls in under a minute: the default quota (50/s, burst 100) would refuse almost all of
+        // them, and the benchmark would measure 429s. RATE_LIMIT_QUOTA (20x the fastest run's
+        // 200,000 cost units/s, under the validator's bound of u32::MAX / 10) keeps every check
+        // and bucket update on the path without the load ever exhausting it.
         let text = format!(
-            "[server]\nlisten = \"127.0.0.1:{port}\"\n\n[[upstreams]]\nname = \"devnode\"\nurl = \"http://127.0.0.1:{node_port}\"\n\n[cache]\nmax_bytes = {max_bytes}\n\n# One client drives every run: the benchmark measures the request path, not the quota.\n[rate_limit]\nenabled = false\n"
+            "[server]\nlisten = \"127.0.0.1:{port}\"\n\n[[upstreams]]\nname = \"devnode\"\nurl = \"http://127.0.0.1:{node_port}\"\n\n[cache]\nmax_bytes = {max_bytes}\n\n[rate_limit]\nrequests_per_second = {RATE_LIMIT_QUOTA}\nburst = {RATE_LIMIT_QUOTA}\n"
         );
         std::fs::write(&config, text).map_err(|e| e.to_string())?;
-        let mut cmd = self.snowgate_cmd();
+        let mut cmd = pinned(&self.pin.server, bin);
         cmd.arg("serve").arg("--config").arg(&config);
         let mut p = self.server(name, cmd)?;
         procs::wait_listening(&mut p, addr(port), Duration::from_secs(20))?;
         let url = format!("http://127.0.0.1:{port}");
         self.wait_healthy(&url)?;
         Ok((p, url))
+    }
+
+    /// The devnode's block and transaction IDs, the cache-hit mix (`getBlock` for every block,
+    /// `getTx` for every transaction) and the forwarded bodies (`sampleValidators`, never cached).
+    #[allow(clippy::type_complexity)]
+    fn bodies(
+        &self,
+        node: &str,
+    ) -> Result<
+        (
+            Vec<String>,
+            Vec<String>,
+            Vec<(String, String)>,
+            Vec<(String, String)>,
+        ),
+        String,
+    > {
+        let (blocks, txs) = self.rt.block_on(client::discover(&self.http, node))?;
+        if blocks.is_empty() || txs.is_empty() {
+            return Err("the devnode has no blocks or transactions".into());
+        }
+        let mut mix: Vec<(String, String)> = Vec::new();
+        for id in &blocks {
+            let body = client::rpc_body("platform.getBlock", &serde_json::json!({"blockID": id}));
+            mix.push(("/ext/bc/P".into(), body));
+        }
+        for id in &txs {
+            let body = client::rpc_body("platform.getTx", &serde_json::json!({"txID": id}));
+            mix.push(("/ext/bc/P".into(), body));
+        }
+        let forward: Vec<(String, String)> = (1..=5)
+            .map(|size| {
+                let body = client::rpc_body(
+                    "platform.sampleValidators",
+                    &serde_json::json!({"size": size}),
+                );
+                ("/ext/bc/P".to_string(), body)
+            })
+            .collect();
+        Ok((blocks, txs, mix, forward))
     }
 
     fn wait_healthy(&self, url: &str) -> Result<(), String> {
@@ -232,11 +319,16 @@ impl Bench {
     }
 
     /// Fills snowgate with `platform.getTx {txID, nonce}` for nonces in `range`.
+    ///
+    /// Over a client of its own, dropped at the end: its 32 connections would otherwise stay
+    /// idle in the shared pool, and with wrk's 32 they reach snowgate's default
+    /// `max_connections_per_ip` (64), so wrk's new connections would be refused with 503s.
     fn fill(&self, url: &str, txid: &str, range: std::ops::Range<usize>) -> Result<(), String> {
         let txid = txid.to_string();
         let start = range.start;
+        let http = client::http();
         self.rt.block_on(client::each(
-            &self.http,
+            &http,
             &format!("{url}/ext/bc/P"),
             range.len(),
             32,
@@ -338,6 +430,24 @@ fn run() -> Result<(), String> {
         rt,
         http: client::http(),
     };
+    if let Some(bins) = ab::binaries()? {
+        eprintln!(
+            "A/B load benchmark: servers on CPUs [{}], wrk on [{}]; wrk -t{} -c{} -d{}s; temp dir {}",
+            pin.server,
+            pin.client,
+            load.threads,
+            load.connections,
+            load.duration.as_secs(),
+            dir.display()
+        );
+        let out = ab::run(&b, &bins, &load)?;
+        println!("{out}");
+        let report = Path::new(env!("CARGO_TARGET_TMPDIR")).join("load-ab-report.md");
+        if std::fs::write(&report, &out).is_ok() {
+            eprintln!("report written to {}", report.display());
+        }
+        return Ok(());
+    }
     let started = Instant::now();
     eprintln!(
         "load benchmark: servers on CPUs [{}], wrk on [{}], {} worker(s) each; wrk -t{} -c{} -d{}s; temp dir {}",
@@ -352,35 +462,8 @@ fn run() -> Result<(), String> {
 
     // The devnode: ~1000 historical blocks with their transactions. Blocks are slow so that the
     // chain hardly moves during the run.
-    let node_port = free_port();
-    let mut cmd = pinned(&pin.server, &b.snowgate);
-    cmd.args(["devnode", "--listen", &format!("127.0.0.1:{node_port}")])
-        .args(["--block-interval", "60s"]);
-    let mut devnode = b.server("devnode", cmd)?;
-    procs::wait_listening(&mut devnode, addr(node_port), Duration::from_secs(20))?;
-    let node = format!("http://127.0.0.1:{node_port}");
-    let (blocks, txs) = b.rt.block_on(client::discover(&b.http, &node))?;
-    if blocks.is_empty() || txs.is_empty() {
-        return Err("the devnode has no blocks or transactions".into());
-    }
-    let mut mix: Vec<(String, String)> = Vec::new();
-    for id in &blocks {
-        let body = client::rpc_body("platform.getBlock", &serde_json::json!({"blockID": id}));
-        mix.push(("/ext/bc/P".into(), body));
-    }
-    for id in &txs {
-        let body = client::rpc_body("platform.getTx", &serde_json::json!({"txID": id}));
-        mix.push(("/ext/bc/P".into(), body));
-    }
-    let forward: Vec<(String, String)> = (1..=5)
-        .map(|size| {
-            let body = client::rpc_body(
-                "platform.sampleValidators",
-                &serde_json::json!({"size": size}),
-            );
-            ("/ext/bc/P".to_string(), body)
-        })
-        .collect();
+    let (devnode, node_port, node) = b.start_devnode()?;
+    let (blocks, txs, mix, forward) = b.bodies(&node)?;
     let mix_file = dir.join("mix.txt");
     let forward_file = dir.join("forward.txt");
     write_bodies(&mix_file, &mix)?;
@@ -706,7 +789,7 @@ fn run() -> Result<(), String> {
     let _ = writeln!(out, "\n## snowgate load benchmark, {}", now_utc());
     let _ = writeln!(
         out,
-        "\n{}; servers pinned to CPU(s) {} with {} worker(s) each, wrk ({}) pinned to CPU(s) {}; wrk -t{} -c{} -d{}s, {} rounds (the median round shown; a {}s warm-up before the first); snowgate RUST_LOG={}.\n",
+        "\n{}; servers pinned to CPU(s) {} with {} worker(s) each, wrk ({}) pinned to CPU(s) {}; wrk -t{} -c{} -d{}s, {} rounds (the median round shown; a {}s warm-up before the first); snowgate with its shipped defaults, rate limiting on (only the quota's rate and burst raised to {RATE_LIMIT_QUOTA} units, which the load cannot exhaust), RUST_LOG={}.\n",
         machine(),
         if pin.server.is_empty() { "-" } else { &pin.server },
         pin.workers,
