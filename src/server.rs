@@ -298,10 +298,10 @@ impl<B: http_body::Body + Unpin> http_body::Body for Tracked<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
         let poll = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(frame) = &poll {
-            if frame.is_none() || self.inner.is_end_stream() {
-                self.done();
-            }
+        // Taken only when hyper asks past the end or drops the body: hyper's HTTP/2 side polls
+        // the last chunk before it has window to send it, and holds it until it has.
+        if let Poll::Ready(None) = &poll {
+            self.done();
         }
         poll
     }
@@ -412,6 +412,15 @@ async fn watchdog(
         }
     }
     activity.close();
+    // A graceful close waits for the answers in flight: keep cutting one the client does not take.
+    loop {
+        let stalled = activity.stalled_for();
+        if stalled >= send {
+            activity.abort();
+            return;
+        }
+        tokio::time::sleep((send - stalled).max(Duration::from_millis(1))).await;
+    }
 }
 
 /// Serves `stack` on `listener` until `shutdown` completes, then drains for at most `drain`:
