@@ -155,3 +155,19 @@ fn a_health_timeout_longer_than_its_interval_is_an_error() {
     )
     .unwrap();
 }
+
+#[test]
+fn an_absurd_duration_is_refused_before_it_can_overflow_a_clock() {
+    // request_deadline first: it must stay at least request_timeout.
+    let e = refused_naming(
+        "absurd-deadline",
+        &format!("{NODE}[limits]\nrequest_deadline = \"1000000 years\"\n"),
+        "limits.request_deadline",
+    );
+    assert!(e.contains("365 days"), "{e}");
+    refused_naming(
+        "absurd-method-timeout",
+        &format!("{NODE}[methods.\"platform.getHeight\"]\ntimeout = \"400 days\"\n"),
+        "methods.\"platform.getHeight\".timeout",
+    );
+}

@@ -21,6 +21,8 @@ pub mod upstream;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
 use crate::methods::{MethodOverride, Registry};
@@ -178,6 +180,7 @@ impl Config {
         self.cache.validate()?;
         self.admin.validate()?;
         methods::validate(&self.methods)?;
+        self.validate_durations()?;
         // Last, so that a file made to show one error (as the tests' are) reports that one.
         if self.upstreams.is_empty() {
             return invalid(
@@ -186,6 +189,56 @@ impl Config {
             );
         }
         Ok(())
+    }
+}
+
+/// The longest duration any key takes: time is added to `Instant::now()` on the request path, and
+/// an absurd value (`"1000000 years"`) would overflow there instead of being refused here.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+impl Config {
+    /// Every duration key is at most [`MAX_DURATION`].
+    fn validate_durations(&self) -> Result<(), ConfigError> {
+        let mut all = vec![
+            ("server.drain_grace".to_string(), self.server.drain_grace),
+            (
+                "server.drain_timeout".to_string(),
+                self.server.drain_timeout,
+            ),
+            ("health.interval".to_string(), self.health.interval),
+            ("health.timeout".to_string(), self.health.timeout),
+            (
+                "upstream.connect_timeout".to_string(),
+                self.upstream.connect_timeout,
+            ),
+            (
+                "upstream.request_timeout".to_string(),
+                self.upstream.request_timeout,
+            ),
+            (
+                "limits.header_timeout".to_string(),
+                self.limits.header_timeout,
+            ),
+            ("limits.idle_timeout".to_string(), self.limits.idle_timeout),
+            (
+                "limits.request_deadline".to_string(),
+                self.limits.request_deadline,
+            ),
+            ("limits.body_timeout".to_string(), self.limits.body_timeout),
+            ("limits.send_timeout".to_string(), self.limits.send_timeout),
+            ("cache.head_ttl".to_string(), self.cache.head_ttl),
+            ("cache.network_ttl".to_string(), self.cache.network_ttl),
+            ("cache.volatile_ttl".to_string(), self.cache.volatile_ttl),
+        ];
+        for (name, m) in &self.methods {
+            if let Some(t) = m.timeout {
+                all.push((format!("methods.\"{name}\".timeout"), t));
+            }
+        }
+        match all.into_iter().find(|(_, d)| *d > MAX_DURATION) {
+            Some((key, _)) => invalid(key, "must be at most 365 days"),
+            None => Ok(()),
+        }
     }
 }
 

@@ -68,7 +68,8 @@ where
 {
     type Response = Response<Body>;
     type Error = S::Error;
-    type Future = CompressFuture<S::Future, Oneshot<Compression<S, SizeAbove>, Request<B>>>;
+    type Future =
+        CompressFuture<S::Future, Pin<Box<Oneshot<Compression<S, SizeAbove>, Request<B>>>>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
@@ -79,8 +80,11 @@ where
             // The ready service goes into tower-http's layer; a clone takes its place.
             let clone = self.inner.clone();
             let ready = std::mem::replace(&mut self.inner, clone);
+            // Boxed: held inline, tower-http's future (with the request until it is called) would
+            // make this future, and every one around it, several hundred bytes larger, copied at
+            // every layer on every request; gzip requests are the few.
             CompressFuture::Gzip {
-                inner: self.gzip.layer(ready).oneshot(req),
+                inner: Box::pin(self.gzip.layer(ready).oneshot(req)),
             }
         } else {
             CompressFuture::Plain {

@@ -82,7 +82,9 @@ where
             let mut r = Response::new(ResBody::default());
             *r.status_mut() = StatusCode::OK;
             *r.headers_mut() = headers;
-            return CorsFuture::Preflight { answer: Some(r) };
+            return CorsFuture::Preflight {
+                answer: Some(Box::new(r)),
+            };
         }
         let allowed = self.rules.allows(req.method(), req.headers());
         CorsFuture::Routed {
@@ -97,7 +99,9 @@ pin_project_lite::pin_project! {
     /// A preflight's answer, or the routed answer being decorated.
     #[project = CorsProj]
     pub enum CorsFuture<F, ResBody> {
-        Preflight { answer: Option<Response<ResBody>> },
+        // Boxed: preflights are rare, and an answer held inline would make this future, and every
+        // future around it, as large as a response, copied at every layer on every request.
+        Preflight { answer: Option<Box<Response<ResBody>>> },
         Routed { #[pin] inner: F, rules: Rules, allowed: bool },
     }
 }
@@ -111,7 +115,7 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project() {
             CorsProj::Preflight { answer } => match answer.take() {
-                Some(r) => Poll::Ready(Ok(r)),
+                Some(r) => Poll::Ready(Ok(*r)),
                 None => Poll::Pending, // polled after completion: never again ready
             },
             CorsProj::Routed {
