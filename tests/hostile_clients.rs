@@ -176,25 +176,6 @@ async fn connections_over_max_connections_get_a_correctly_framed_503() {
     );
 }
 
-/// An HTTP/2 connection (prior knowledge) to `addr`, with the given initial stream window.
-async fn h2_connect(
-    addr: SocketAddr,
-    window: u32,
-) -> hyper::client::conn::http2::SendRequest<
-    http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>,
-> {
-    let stream = TcpStream::connect(addr).await.unwrap();
-    let (sender, conn) =
-        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
-            .initial_stream_window_size(window)
-            .initial_connection_window_size(window.max(65_535))
-            .handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
-    sender
-}
-
 /// A body that sends `len` bytes in 16 KiB frames and then never ends.
 fn unfinished_body(
     len: usize,
@@ -340,28 +321,7 @@ async fn clients_that_stop_reading_share_one_copy_of_an_answer_and_are_cut_after
 
     // One HTTP/2 connection, 190 requests for it, with a shut window.
     let mut sender = h2_connect(addr, 0).await;
-    let mut streams = Vec::new();
-    for _ in 0..190 {
-        let req = http::Request::post(&url)
-            .header("content-type", "application/json")
-            .body(http_body_util::Full::new(Bytes::from_static(GET_TX.as_bytes())).boxed())
-            .unwrap();
-        if sender.ready().await.is_err() {
-            break;
-        }
-        let fut = sender.send_request(req);
-        streams.push(tokio::spawn(async move {
-            match fut.await {
-                Ok(r) => r
-                    .into_body()
-                    .collect()
-                    .await
-                    .map(|b| b.to_bytes().len())
-                    .ok(),
-                Err(_) => None,
-            }
-        }));
-    }
+    let streams = h2_posts(&mut sender, &url, GET_TX, 190).await;
     for _ in 0..6 {
         tokio::time::sleep(Duration::from_millis(150)).await;
         peak = peak.max(served.rss_kib().saturating_sub(before));

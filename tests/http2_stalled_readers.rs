@@ -10,10 +10,7 @@ mod support;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::BodyExt;
 use support::*;
-use tokio::net::TcpStream;
 
 #[tokio::test]
 async fn an_http2_client_with_a_shut_window_is_cut_after_send_timeout_even_for_small_answers() {
@@ -43,40 +40,8 @@ async fn shut_window_streams_are_cut(send: Duration, idle: Duration) {
     assert!(ok.body.len() < 1024);
 
     let addr: SocketAddr = cluster.url().trim_start_matches("http://").parse().unwrap();
-    let stream = TcpStream::connect(addr).await.unwrap();
-    let (mut sender, conn) =
-        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
-            .initial_stream_window_size(0)
-            .initial_connection_window_size(65_535)
-            .handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .unwrap();
-    let conn = tokio::spawn(conn);
-    let mut streams = Vec::new();
-    for _ in 0..10 {
-        let req = http::Request::post(&url)
-            .header("content-type", "application/json")
-            .body(http_body_util::Full::new(Bytes::from(call(
-                "platform.getHeight",
-                "{}",
-            ))))
-            .unwrap();
-        if sender.ready().await.is_err() {
-            break;
-        }
-        let fut = sender.send_request(req);
-        streams.push(tokio::spawn(async move {
-            match fut.await {
-                Ok(r) => r
-                    .into_body()
-                    .collect()
-                    .await
-                    .map(|b| b.to_bytes().len())
-                    .ok(),
-                Err(_) => None,
-            }
-        }));
-    }
+    let mut sender = h2_connect(addr, 0).await;
+    let streams = h2_posts(&mut sender, &url, &call("platform.getHeight", "{}"), 10).await;
     assert_eq!(streams.len(), 10);
     // The old code let them wait for idle_timeout, then for ever.
     let started = Instant::now();
@@ -88,7 +53,7 @@ async fn shut_window_streams_are_cut(send: Duration, idle: Duration) {
             .unwrap();
         assert_eq!(done, None, "a stream with a shut window got its answer");
     }
-    conn.abort();
+    drop(sender);
     // And the gateway serves on.
     assert_eq!(
         post(&url, &call("platform.getHeight", "{}")).await.status,

@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use http::{Request, Response};
+use http::{HeaderValue, Request, Response};
 use tower::{Layer, Service};
 use tracing::Span;
 
@@ -48,9 +48,12 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
+        // Always set by the request id layer above; `-` only if this layer ran without it.
+        let no_id = HeaderValue::from_static("-");
+        let id = req.headers().get(X_REQUEST_ID).unwrap_or(&no_id);
         let span = tracing::debug_span!(
             "request",
-            id = ?req.headers().get(X_REQUEST_ID),
+            id = ?id,
             method = ?req.method(),
             path = ?req.uri().path()
         );

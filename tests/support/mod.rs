@@ -211,3 +211,59 @@ pub async fn read_until_closed(
         }
     }
 }
+
+/// An HTTP/2 connection (prior knowledge) to `addr`, with the given initial stream window (0: the
+/// client takes no answer byte until it opens it).
+pub async fn h2_connect(
+    addr: std::net::SocketAddr,
+    window: u32,
+) -> hyper::client::conn::http2::SendRequest<
+    http_body_util::combinators::BoxBody<bytes::Bytes, std::convert::Infallible>,
+> {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (sender, conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .initial_stream_window_size(window)
+            .initial_connection_window_size(window.max(65_535))
+            .handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    sender
+}
+
+/// `n` streams posting `body` to `url` over `sender`, each read to its end in a task of its own:
+/// the answer's length, or `None` when the stream failed (or was cut).
+pub async fn h2_posts(
+    sender: &mut hyper::client::conn::http2::SendRequest<
+        http_body_util::combinators::BoxBody<bytes::Bytes, std::convert::Infallible>,
+    >,
+    url: &str,
+    body: &str,
+    n: usize,
+) -> Vec<tokio::task::JoinHandle<Option<usize>>> {
+    use http_body_util::BodyExt;
+    let mut streams = Vec::new();
+    for _ in 0..n {
+        let req = http::Request::post(url)
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(bytes::Bytes::copy_from_slice(body.as_bytes())).boxed())
+            .unwrap();
+        if sender.ready().await.is_err() {
+            break;
+        }
+        let answer = sender.send_request(req);
+        streams.push(tokio::spawn(async move {
+            match answer.await {
+                Ok(r) => r
+                    .into_body()
+                    .collect()
+                    .await
+                    .map(|b| b.to_bytes().len())
+                    .ok(),
+                Err(_) => None,
+            }
+        }));
+    }
+    streams
+}
