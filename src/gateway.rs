@@ -170,10 +170,9 @@ pub async fn assemble(
     }
     let draining = Arc::new(AtomicBool::new(false));
     let body_room = Arc::new(Semaphore::new(config.limits.total_body_bytes));
-    let keys = AdminKeys::new(&config.admin.api_keys);
     let admin = Admin {
         registry: registry.clone(),
-        keys: keys.clone(),
+        keys: AdminKeys::new(&config.admin.api_keys),
         pool: pool.clone(),
         cache: cache.clone(),
         metrics: metrics.clone(),
@@ -183,9 +182,7 @@ pub async fn assemble(
     };
     let routes = Routes {
         admin,
-        keys,
         limiter: limiter.clone(),
-        metrics: metrics.clone(),
         limits: config.limits.clone(),
         body_room,
     };

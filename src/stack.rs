@@ -180,7 +180,7 @@ impl Stack {
 
     /// The gateway's metrics.
     pub fn metrics(&self) -> &Metrics {
-        &self.routes.metrics
+        &self.routes.admin.metrics
     }
 
     /// Counts a refusal made before a request was read (a connection over a limit).

@@ -31,8 +31,6 @@ use crate::config::LimitsConfig;
 use crate::error::{Counted, ProxyError};
 use crate::jsonrpc::http::{media_type, INFO_PATH, P_CHAIN_PATHS};
 use crate::methods::Family;
-use crate::metrics::Metrics;
-use crate::policy::AdminKeys;
 use crate::ratelimit::Limiter;
 
 /// The header an admin caller uses to pin a call to one upstream.
@@ -60,11 +58,10 @@ pub fn rpc_path(path: &str) -> Option<(Family, &'static str)> {
 
 /// What the router shares between connections.
 pub struct Routes {
+    /// snowgate's endpoints; its admin keys and metrics serve the router too.
     pub(crate) admin: Admin,
-    pub(crate) keys: AdminKeys,
     /// To tell whose quota a call is charged to (`None` when rate limiting is off).
     pub(crate) limiter: Option<Arc<Limiter>>,
-    pub(crate) metrics: Metrics,
     pub(crate) limits: LimitsConfig,
     /// Room for request bodies over all connections (`limits.total_body_bytes`).
     pub(crate) body_room: Arc<Semaphore>,
@@ -74,7 +71,8 @@ impl Routes {
     /// Counts a refusal made before any call was read, and answers it.
     pub(crate) fn reject(&self, e: &ProxyError) -> HttpResponse {
         if let (Counted::Http, reason) = e.counted() {
-            self.metrics
+            self.admin
+                .metrics
                 .http_rejections
                 .with_label_values(&[reason])
                 .inc();
@@ -85,6 +83,7 @@ impl Routes {
     /// Who is calling: admin or not, pinning, and whose quota pays.
     fn caller(&self, headers: &HeaderMap, peer: SocketAddr) -> Caller {
         let admin = self
+            .admin
             .keys
             .authorizes(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()));
         let pin = if admin {
@@ -229,6 +228,8 @@ mod tests {
     use super::*;
     use crate::config::{ForwardConfig, HealthConfig, UpstreamConfig};
     use crate::methods::Registry;
+    use crate::metrics::Metrics;
+    use crate::policy::AdminKeys;
     use crate::upstream::Pool;
     use http_body_util::{BodyExt, Full};
     use std::sync::atomic::AtomicBool;
@@ -254,17 +255,15 @@ mod tests {
         Arc::new(Routes {
             admin: Admin {
                 registry: Registry::builtin(),
-                keys: keys.clone(),
+                keys,
                 pool,
                 cache: None,
-                metrics: metrics.clone(),
+                metrics,
                 draining: Arc::new(AtomicBool::new(false)),
                 body_room: body_room.clone(),
                 total_body_bytes: limits.total_body_bytes,
             },
-            keys,
             limiter: None,
-            metrics,
             limits,
             body_room,
         })
@@ -428,6 +427,7 @@ mod tests {
             routes.limits.total_body_bytes
         );
         let rejected = routes
+            .admin
             .metrics
             .http_rejections
             .with_label_values(&["body_too_large"])
