@@ -244,6 +244,11 @@ async fn two_instances_sharing_one_redis_allow_the_global_quota() {
     let _ = stop.send(true);
     let quota = 200.0 * elapsed + 20.0;
     let off = (f64::from(allowed) - quota) / quota;
+    eprintln!(
+        "two instances: {allowed} allowed, {refused} refused in {elapsed:.2} s; quota {quota:.0} \
+         ({:+.1} %)",
+        off * 100.0
+    );
     assert!(
         off.abs() <= 0.10,
         "allowed {allowed} calls (refused {refused}) in {elapsed:.2} s; the global quota is \
@@ -402,4 +407,46 @@ async fn redis_killed_deny_refuses_with_quota_unavailable() {
         ),
         11.0
     );
+}
+
+#[tokio::test]
+async fn a_gateway_with_global_quotas_keeps_its_clients_quota_in_redis() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    // getNetworkID costs 1: ten calls fit the burst, hits or not.
+    let cluster = support::Cluster::start(1, Duration::from_secs(1), |c| {
+        c.redis = Some(RedisConfig {
+            url: Some(url),
+            timeout: TIMEOUT,
+            ..Default::default()
+        });
+        c.rate_limit.enabled = true;
+        c.rate_limit.requests_per_second = 1;
+        c.rate_limit.burst = 10;
+        c.rate_limit.cached_cost_factor = 1.0;
+    })
+    .await;
+    let body = support::call("info.getNetworkID", "{}");
+    let mut statuses = Vec::new();
+    for _ in 0..15 {
+        let reply = support::post(&format!("{}/ext/info", cluster.url()), &body).await;
+        if reply.status == 429 {
+            assert!(reply.header("retry-after").is_some(), "{reply:?}");
+            assert_eq!(reply.json()["error"]["code"], -32005);
+        }
+        statuses.push(reply.status);
+    }
+    let ok = statuses.iter().filter(|s| **s == 200).count();
+    assert!((10..=11).contains(&ok), "{statuses:?}");
+    assert!(statuses[12..].iter().all(|s| *s == 429), "{statuses:?}");
+    // A call snowgate refuses itself is charged too, and answered 429 over quota.
+    let unknown = support::call("info.noSuchMethod", "{}");
+    let reply = support::post(&format!("{}/ext/info", cluster.url()), &unknown).await;
+    assert_eq!(reply.status, 429, "{reply:?}");
+    // The quota lives in Redis, under the client's address.
+    assert_eq!(
+        redis.keys("snowgate:q:*"),
+        vec![b"snowgate:q:ip:127.0.0.1".to_vec()]
+    );
+    cluster.gateway.shutdown().await;
 }
