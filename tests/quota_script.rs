@@ -450,3 +450,49 @@ async fn a_gateway_with_global_quotas_keeps_its_clients_quota_in_redis() {
     );
     cluster.gateway.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_share_quotas_on_a_redis_cluster() {
+    let cluster = support::redis::RedisCluster::start();
+    let cfg = config(10, 10, 2, OnRedisDown::Deny);
+    let mut instances = Vec::new();
+    for _ in 0..2 {
+        let metrics = Metrics::new();
+        let redis = RedisConfig {
+            cluster: cluster.urls(),
+            timeout: TIMEOUT,
+            ..Default::default()
+        };
+        let shared = Shared::new(&redis, &metrics).unwrap();
+        shared.check().await;
+        assert!(shared.available(), "the cluster did not answer");
+        instances.push(Limiter::new_global(
+            &cfg,
+            &Registry::builtin(),
+            &metrics,
+            shared,
+        ));
+    }
+    // Clients whose keys land on different masters; each gets its own burst of 10 calls across
+    // both instances, never more (deny: nothing is decided without the cluster).
+    for n in 0..6 {
+        let client = ip(&format!("203.0.113.{n}"));
+        let mut allowed = 0;
+        for i in 0..30 {
+            match decide(&instances[i % 2], &client, 10).await {
+                Ok(()) => allowed += 1,
+                Err(ProxyError::RateLimited { .. }) => {}
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        assert!((10..=11).contains(&allowed), "client {n}: {allowed}");
+    }
+    let keys = cluster.keys("snowgate:q:ip:*");
+    assert_eq!(keys.len(), 6, "{keys:?}");
+    let holding = cluster
+        .masters()
+        .iter()
+        .filter(|m| m.command(&[b"DBSIZE"]) != Resp::Int(0))
+        .count();
+    assert!(holding >= 2, "the clients' keys all landed on one master");
+}
