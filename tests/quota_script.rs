@@ -496,3 +496,21 @@ async fn two_instances_share_quotas_on_a_redis_cluster() {
         .count();
     assert!(holding >= 2, "the clients' keys all landed on one master");
 }
+
+#[tokio::test]
+async fn the_lease_table_is_bounded_and_clients_beyond_share_the_overflow_quota() {
+    let redis = RedisServer::start();
+    let mut cfg = config(10, 10, 1, OnRedisDown::Local);
+    cfg.max_clients = 3;
+    let (a, _) = instance(&redis, &cfg).await;
+    // 27 clients beyond the table share the overflow quota (four clients' worth: 40 calls).
+    for n in 0..30u8 {
+        let client = ClientId::Ip(IpAddr::from([198, 51, 100, n]));
+        decide(&a, &client, 10).await.unwrap();
+    }
+    assert!(a.tracked() <= 3, "{} clients tracked", a.tracked());
+    let mut keys = redis.keys("snowgate:q:*");
+    keys.sort();
+    assert_eq!(keys.len(), 4, "three clients and the overflow: {keys:?}");
+    assert_eq!(keys[3], b"snowgate:q:overflow".to_vec());
+}
