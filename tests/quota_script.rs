@@ -514,3 +514,20 @@ async fn the_lease_table_is_bounded_and_clients_beyond_share_the_overflow_quota(
     assert_eq!(keys.len(), 4, "three clients and the overflow: {keys:?}");
     assert_eq!(keys[3], b"snowgate:q:overflow".to_vec());
 }
+
+#[tokio::test]
+async fn free_calls_take_no_lease() {
+    let redis = RedisServer::start();
+    let (a, metrics) = instance(&redis, &config(10, 10, 1, OnRedisDown::Local)).await;
+    let client = ip("192.0.2.20");
+    for _ in 0..100 {
+        decide(&a, &client, 0).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(redis.keys("*").is_empty(), "a free call took a lease");
+    let text = render(&metrics);
+    assert_eq!(
+        metric(&text, "snowgate_quota_leases_total{result=\"granted\"}"),
+        0.0
+    );
+}

@@ -406,6 +406,10 @@ impl Global {
     /// background when it runs low), else by Redis (`Step::Wait`), or, when the call `can_wait`
     /// not, [`Verdict::Share`].
     pub fn admit(self: &Arc<Self>, client: &ClientId, units: u32, can_wait: bool) -> Step {
+        if units == 0 {
+            // A free call (a hit with `cached_cost_factor = 0`) must not take or hold a lease.
+            return Step::Now(Verdict::Allowed);
+        }
         let now = self.now_ms();
         let Some(lease) = self.lease(client, now) else {
             return Step::Now(Verdict::Allowed);
