@@ -531,3 +531,28 @@ async fn free_calls_take_no_lease() {
         0.0
     );
 }
+
+#[tokio::test]
+async fn a_quota_key_that_is_not_ours_counts_as_new_or_spent_and_is_overwritten() {
+    let redis = RedisServer::start();
+    let shared = connect(&redis, &Metrics::new()).await;
+    let q = GlobalQuota::new(10, 10, 1);
+    // Another type, and a string that is no number: a new client.
+    redis.command(&[b"HSET", b"t:hash", b"f", b"v"]);
+    redis.set_raw(b"t:text", b"\xffnot a number");
+    for key in ["t:hash", "t:text"] {
+        assert_eq!(ask(&shared, key, &q, take(1_000, 1)).await.granted, 100);
+        let stored = tat(&redis, key);
+        assert!(stored > 1_600_000_000_000_000, "{key}: {stored}");
+    }
+    // A TAT far beyond anything the script writes: a spent burst, not a client locked out for
+    // years, and the key expires within the burst's time (10 s here).
+    redis.set_raw(b"t:far", b"99999999999999999999");
+    let refused = ask(&shared, "t:far", &q, take(10, 10)).await;
+    assert_eq!(refused.granted, 0);
+    assert!(refused.wait_us <= 1_000_000, "{refused:?}");
+    let Resp::Int(pttl) = redis.command(&[b"PTTL", b"t:far"]) else {
+        panic!("PTTL did not answer an integer");
+    };
+    assert!((0..=10_002).contains(&pttl), "PTTL {pttl} ms");
+}

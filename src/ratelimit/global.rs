@@ -100,7 +100,7 @@ pub fn model(tat: Option<f64>, now: f64, quota: &GlobalQuota, ask: Ask) -> (Opti
     let interval = quota.interval_us;
     let tolerance = quota.burst as f64 * interval;
     // Relative to now, as the script (exact: both are whole microseconds).
-    let mut ahead = tat.map_or(0.0, |t| (t - now).max(0.0));
+    let mut ahead = tat.map_or(0.0, |t| (t - now).max(0.0).min((tolerance + 0.5).floor()));
     if ask.give > 0 {
         ahead = (ahead - ask.give as f64 * interval + 0.5).floor().max(0.0);
     }
