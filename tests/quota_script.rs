@@ -556,3 +556,38 @@ async fn a_quota_key_that_is_not_ours_counts_as_new_or_spent_and_is_overwritten(
     };
     assert!((0..=10_002).contains(&pttl), "PTTL {pttl} ms");
 }
+
+#[tokio::test]
+async fn an_instance_that_stops_gives_its_leases_back() {
+    let redis = RedisServer::start();
+    let cfg = config(100, 1_000, 2, OnRedisDown::Local);
+    let (a, metrics_a) = instance(&redis, &cfg).await;
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    a.spawn_pruner(stop_rx);
+    // A holds a lease of 100 units; another instance takes the rest.
+    decide(&a, &ip("192.0.2.30"), 10).await.unwrap();
+    let key = "snowgate:q:ip:192.0.2.30";
+    let q = GlobalQuota::new(100, 1_000, 2);
+    assert!(
+        ask(a_shared(&redis).await.as_ref(), key, &q, take(1_000_000, 1))
+            .await
+            .granted
+            >= 9_000
+    );
+    let before = tat(&redis, key);
+    // A stops while its lease is fresh (not idle): it gives it back on the way out.
+    let _ = stop.send(true);
+    let start = Instant::now();
+    while metric(
+        &render(&metrics_a),
+        "snowgate_quota_leases_total{result=\"returned\"}",
+    ) < 1.0
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the stopped instance kept its lease"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(before - tat(&redis, key), 100_000);
+}

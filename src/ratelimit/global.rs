@@ -540,9 +540,10 @@ impl Global {
         });
     }
 
-    /// Gives idle leases back to Redis (at most [`RETURNS_PER_SWEEP`]). Forgetting empty entries
-    /// is the limiter's pruning ([`Global::prune`], every few seconds).
-    pub async fn sweep(&self) {
+    /// Gives idle leases back to Redis (every lease when the instance stops: `all`), at most
+    /// [`RETURNS_PER_SWEEP`]. Forgetting empty entries is the limiter's pruning
+    /// ([`Global::prune`], every few seconds).
+    pub async fn sweep(&self, all: bool) {
         if !self.shared.available() {
             // Keep what is leased: it is spendable here while Redis is away.
             return;
@@ -559,7 +560,11 @@ impl Global {
             if idle.len() >= RETURNS_PER_SWEEP {
                 break;
             }
-            let units = lease.drain_idle(now);
+            let units = if all {
+                lease.units.swap(0, Ordering::AcqRel)
+            } else {
+                lease.drain_idle(now)
+            };
             if units > 0 {
                 idle.push((lease, units));
             }
@@ -585,7 +590,9 @@ impl Global {
         self.ips.retain(|_, l| !l.forgettable(now));
     }
 
-    /// Sweeps every [`SWEEP_EVERY`] until `stop` flips.
+    /// Sweeps every [`SWEEP_EVERY`] until `stop` flips, then gives back what is still leased (an
+    /// instance that stops does not take its clients' budget with it; best effort, one command
+    /// per lease).
     pub fn spawn_sweeper(self: &Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
         let this = Arc::clone(self);
         tokio::spawn(async move {
@@ -593,10 +600,11 @@ impl Global {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
-                    _ = tick.tick() => this.sweep().await,
-                    _ = stop.changed() => return,
+                    _ = tick.tick() => this.sweep(false).await,
+                    _ = stop.changed() => break,
                 }
             }
+            this.sweep(true).await;
         });
     }
 }
