@@ -131,6 +131,9 @@ pub enum ProxyError {
     /// The client is over its quota.
     #[error("rate limit exceeded: retry after {retry_after_secs}s")]
     RateLimited { retry_after_secs: u64 },
+    /// Global quotas are held in Redis, Redis is down, and `[rate_limit] on_redis_down = "deny"`.
+    #[error("rate limit unavailable: the quota store is down")]
+    QuotaUnavailable,
 
     // The pool.
     /// No upstream can take the request.
@@ -181,7 +184,8 @@ impl ProxyError {
             | BodyTooLarge(_)
             | TooLargeForNode(_) => -32600,
             RateLimited { .. } => -32005,
-            Overloaded
+            QuotaUnavailable
+            | Overloaded
             | NoHealthyUpstream
             | UpstreamTimeout { .. }
             | UpstreamUnavailable { .. }
@@ -212,7 +216,7 @@ impl ProxyError {
             | UnknownUpstream(_)
             | TooLargeForNode(_) => StatusCode::OK,
             RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            NoHealthyUpstream | Overloaded | ConnectionLimit { .. } => {
+            NoHealthyUpstream | Overloaded | QuotaUnavailable | ConnectionLimit { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
@@ -228,6 +232,7 @@ impl ProxyError {
         match self {
             NoHealthyUpstream
             | Overloaded
+            | QuotaUnavailable
             | PurgeFailed(_)
             | ConnectionLimit { per_address: false } => Blame::Proxy,
             UpstreamTimeout { .. } | UpstreamUnavailable { .. } | BadUpstreamAnswer { .. } => {
@@ -264,6 +269,7 @@ impl ProxyError {
             UnknownMethod { .. } | WrongPath { .. } => call("unknown_method"),
             Refused { .. } => call("refused"),
             RateLimited { .. } => call("rate_limited"),
+            QuotaUnavailable => call("quota_unavailable"),
             NoHealthyUpstream => call("no_upstream"),
             Overloaded => call("overloaded"),
             UpstreamTimeout { .. } => call("upstream_timeout"),
@@ -416,6 +422,7 @@ mod tests {
             RateLimited {
                 retry_after_secs: 1,
             },
+            QuotaUnavailable,
             NoHealthyUpstream,
             Overloaded,
             UpstreamTimeout {
@@ -456,6 +463,7 @@ mod tests {
                 | Refused { .. }
                 | UnknownUpstream(_)
                 | RateLimited { .. }
+                | QuotaUnavailable
                 | NoHealthyUpstream
                 | Overloaded
                 | UpstreamTimeout { .. }

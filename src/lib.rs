@@ -16,6 +16,8 @@
 //!
 //! * leaves, the vocabulary: [`jsonrpc`], [`body`], [`methods`], `keys`, [`error`], [`call`],
 //!   [`config`], [`metrics`];
+//! * [`shared`]: the fleet's Redis (connection, timeout, circuit breaker), under the cache and the
+//!   rate limiter that keep their answers and quotas there;
 //! * the per-call layers, independent of each other: `policy`, [`ratelimit`], [`cache`],
 //!   [`upstream`];
 //! * [`http`], then [`stack`], then `server` and [`gateway`] (assembling a running gateway from
@@ -50,6 +52,7 @@ pub mod metrics;
 pub(crate) mod policy;
 pub mod ratelimit;
 pub(crate) mod server;
+pub mod shared;
 pub mod stack;
 pub mod upstream;
 

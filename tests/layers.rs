@@ -17,19 +17,21 @@ const RANKS: &[(&str, u32)] = &[
     ("call", 2),
     ("config", 2),
     ("metrics", 2),
+    // The fleet's Redis, under the layers that keep things in it.
+    ("shared", 3),
     // The per-call layers, independent of each other.
-    ("policy", 3),
-    ("ratelimit", 3),
-    ("cache", 3),
-    ("upstream", 3),
+    ("policy", 4),
+    ("ratelimit", 4),
+    ("cache", 4),
+    ("upstream", 4),
     // The HTTP layers over them, then their composition.
-    ("http", 4),
-    ("stack", 5),
+    ("http", 5),
+    ("stack", 6),
     // Serving it.
-    ("server", 6),
-    ("gateway", 7),
-    ("cli", 8),
-    ("demo", 9),
+    ("server", 7),
+    ("gateway", 8),
+    ("cli", 9),
+    ("demo", 10),
 ];
 
 /// The simulated node stands apart: it speaks the node's wire (`jsonrpc`) and nothing else, and

@@ -23,6 +23,13 @@ pub struct CacheConfig {
     /// Lifetime of volatile-class entries.
     #[serde(with = "humantime_serde")]
     pub volatile_ttl: Duration,
+    /// Immutable and head-class answers also go to the fleet's Redis (`[redis]`); unset means
+    /// `true` when `[redis]` is set.
+    pub shared: Option<bool>,
+    /// How long Redis keeps an immutable answer (its own `maxmemory` policy bounds the tier);
+    /// head-class answers keep `head_ttl` there too.
+    #[serde(with = "humantime_serde")]
+    pub shared_ttl: Duration,
 }
 
 impl Default for CacheConfig {
@@ -33,6 +40,8 @@ impl Default for CacheConfig {
             head_ttl: Duration::from_secs(2),
             network_ttl: Duration::from_secs(600),
             volatile_ttl: Duration::from_secs(1),
+            shared: None,
+            shared_ttl: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }
@@ -48,10 +57,15 @@ impl CacheConfig {
             ("cache.head_ttl", self.head_ttl),
             ("cache.network_ttl", self.network_ttl),
             ("cache.volatile_ttl", self.volatile_ttl),
+            ("cache.shared_ttl", self.shared_ttl),
         ] {
             if ttl.is_zero() {
                 return invalid(key, "must be greater than zero");
             }
+        }
+        // Redis expiries are whole milliseconds.
+        if self.shared_ttl < Duration::from_millis(1) {
+            return invalid("cache.shared_ttl", "must be at least 1ms");
         }
         Ok(())
     }

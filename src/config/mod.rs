@@ -15,6 +15,7 @@ pub mod cache;
 pub mod limits;
 pub mod methods;
 pub mod rate_limit;
+pub mod redis;
 pub mod server;
 pub mod upstream;
 
@@ -29,7 +30,8 @@ use crate::methods::{MethodOverride, Registry};
 pub use admin::AdminConfig;
 pub use cache::CacheConfig;
 pub use limits::LimitsConfig;
-pub use rate_limit::{ClientIpHeader, KeyQuota, RateLimitConfig};
+pub use rate_limit::{ClientIpHeader, KeyQuota, OnRedisDown, QuotaScope, RateLimitConfig};
+pub use redis::RedisConfig;
 pub use server::ServerConfig;
 pub use upstream::{parse_base_url, ForwardConfig, HealthConfig, UpstreamConfig};
 
@@ -61,6 +63,10 @@ pub struct Config {
     /// `[rate_limit]`.
     #[serde(default)]
     pub rate_limit: RateLimitConfig,
+    /// `[redis]`: the fleet's shared tier (cache and quotas); `None` = this instance shares
+    /// nothing.
+    #[serde(default)]
+    pub redis: Option<RedisConfig>,
     /// Per-method additions and overrides of the built-in registry, keyed by method name:
     /// `[methods."platform.getAllValidatorsAt"] family = "platform"`.
     #[serde(default)]
@@ -178,6 +184,7 @@ impl Config {
         self.rate_limit
             .validate(&Registry::with_overrides(&self.methods))?;
         self.cache.validate()?;
+        self.validate_sharing()?;
         self.admin.validate()?;
         methods::validate(&self.methods)?;
         self.validate_durations()?;
@@ -189,6 +196,35 @@ impl Config {
             );
         }
         Ok(())
+    }
+}
+
+impl Config {
+    /// Whether answers go to the shared tier: `[cache] shared`, by default on when `[redis]` is set.
+    pub fn shares_cache(&self) -> bool {
+        self.redis.is_some() && self.cache.enabled && self.cache.shared.unwrap_or(true)
+    }
+
+    /// Whether quotas are global: `[rate_limit] scope`, by default global when `[redis]` is set.
+    pub fn global_quotas(&self) -> bool {
+        self.redis.is_some()
+            && self.rate_limit.enabled
+            && self.rate_limit.scope.unwrap_or(QuotaScope::Global) == QuotaScope::Global
+    }
+
+    fn validate_sharing(&self) -> Result<(), ConfigError> {
+        match &self.redis {
+            Some(redis) => redis.validate(),
+            None if self.cache.shared == Some(true) => invalid(
+                "cache.shared",
+                "needs a [redis] section to share answers in",
+            ),
+            None if self.rate_limit.scope == Some(QuotaScope::Global) => invalid(
+                "rate_limit.scope",
+                "\"global\" needs a [redis] section to hold the quotas",
+            ),
+            None => Ok(()),
+        }
     }
 }
 
@@ -229,6 +265,7 @@ impl Config {
             ("cache.head_ttl".to_string(), self.cache.head_ttl),
             ("cache.network_ttl".to_string(), self.cache.network_ttl),
             ("cache.volatile_ttl".to_string(), self.cache.volatile_ttl),
+            ("cache.shared_ttl".to_string(), self.cache.shared_ttl),
         ];
         for (name, m) in &self.methods {
             if let Some(t) = m.timeout {
@@ -322,6 +359,26 @@ mod tests {
         let text = format!("{NODE}[health]\ninterval = \"250ms\"\ntimeout = \"250ms\"\n");
         let c = Config::parse(&text, "t.toml").unwrap();
         assert_eq!(c.health.interval, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn sharing_needs_redis_and_defaults_to_on_with_it() {
+        let e = Config::parse(&format!("{NODE}[cache]\nshared = true\n"), "t").unwrap_err();
+        assert_eq!(e.key(), Some("cache.shared"));
+        let e = Config::parse(&format!("{NODE}[rate_limit]\nscope = \"global\"\n"), "t");
+        assert_eq!(e.unwrap_err().key(), Some("rate_limit.scope"));
+        let c = Config::parse(NODE, "t").unwrap();
+        assert!(!c.shares_cache() && !c.global_quotas());
+        let text = format!("{NODE}[redis]\nurl = \"redis://127.0.0.1:6379/0\"\n");
+        let c = Config::parse(&text, "t").unwrap();
+        assert!(c.shares_cache() && c.global_quotas());
+        assert_eq!(c.cache.shared_ttl, Duration::from_secs(7 * 24 * 3600));
+        assert_eq!(c.redis.as_ref().unwrap().timeout, Duration::from_millis(25));
+        let text = format!("{text}[cache]\nshared = false\n[rate_limit]\nscope = \"local\"\n");
+        let c = Config::parse(&text, "t").unwrap();
+        assert!(!c.shares_cache() && !c.global_quotas());
+        let e = Config::parse(&format!("{NODE}[redis]\n"), "t").unwrap_err();
+        assert_eq!(e.key(), Some("redis.url"));
     }
 
     #[test]

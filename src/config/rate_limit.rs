@@ -30,6 +30,28 @@ impl ClientIpHeader {
     }
 }
 
+/// Where quotas are kept (`[rate_limit] scope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum QuotaScope {
+    /// Each instance its own quotas (N instances give a client N times its quota).
+    Local,
+    /// One quota per client across the fleet, held in Redis (`[redis]`).
+    Global,
+}
+
+/// What global quotas do while Redis is unreachable (`[rate_limit] on_redis_down`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnRedisDown {
+    /// Each instance decides alone, at `rate / expected_instances` (the fleet as a whole stays
+    /// near the global quota).
+    #[default]
+    Local,
+    /// Fail closed: every charged call is refused with HTTP 503 until Redis answers again.
+    Deny,
+}
+
 /// `[rate_limit]` in the config.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -53,6 +75,13 @@ pub struct RateLimitConfig {
     pub max_clients: usize,
     /// Clients with their own quota.
     pub keys: Vec<KeyQuota>,
+    /// `"local"` or `"global"`; unset means `"global"` when `[redis]` is set.
+    pub scope: Option<QuotaScope>,
+    /// Global quotas while Redis is down: `"local"` (each instance alone, at its share) or
+    /// `"deny"` (503).
+    pub on_redis_down: OnRedisDown,
+    /// Instances in the fleet: while Redis is down, each allows `rate / expected_instances`.
+    pub expected_instances: u32,
 }
 
 impl Default for RateLimitConfig {
@@ -67,6 +96,9 @@ impl Default for RateLimitConfig {
             client_ip_header: ClientIpHeader::default(),
             max_clients: 100_000,
             keys: Vec::new(),
+            scope: None,
+            on_redis_down: OnRedisDown::Local,
+            expected_instances: 1,
         }
     }
 }
@@ -125,6 +157,12 @@ impl RateLimitConfig {
         }
         if !(0.0..=1.0).contains(&self.cached_cost_factor) {
             return invalid("rate_limit.cached_cost_factor", "must be between 0 and 1");
+        }
+        if self.expected_instances == 0 || self.expected_instances > 10_000 {
+            return invalid(
+                "rate_limit.expected_instances",
+                "must be between 1 and 10000",
+            );
         }
         if self.max_clients == 0 {
             return invalid("rate_limit.max_clients", "must be at least 1");

@@ -1,0 +1,394 @@
+//! The shared tier of a fleet: one Redis, or a Redis Cluster, that every snowgate instance reads and
+//! writes, so that N instances share one cache and one set of quotas. Only built with a `[redis]`
+//! section; without one, nothing here runs and nothing needs Redis.
+//!
+//! This module is the connection and its discipline, not what is stored: the cache
+//! (`crate::cache::shared`) and the global quotas (`crate::ratelimit::global`) each own their
+//! keys and formats. What they get from here:
+//!
+//! * **A bound on waiting.** Every command a request waits for is cut at `[redis] timeout`
+//!   (default 25 ms): Redis slow or frozen costs a request at most that, once.
+//! * **A circuit breaker** ([`breaker`]). A run of failed commands opens it, and then requests do
+//!   not touch Redis at all (one atomic load), so a Redis outage costs them nothing. A watcher task
+//!   pings Redis every second while it is up, and while it is down probes it with a growing,
+//!   jittered backoff; the first answer closes the breaker and sharing resumes on its own. The
+//!   tier starts open: Redis is used once it has answered.
+//! * **Keys under `[redis] key_prefix`**, so that several fleets share one Redis, and the network
+//!   ID the nodes report ([`Shared::learn_network`]) in every cache key, so that no instance ever
+//!   reads answers of another network.
+//! * Reconnection is redis-rs's (`ConnectionManager`, the cluster connection's own slot map and
+//!   reconnects); the breaker only decides whether requests try.
+//!
+//! The user and password of a Redis URL are never logged or shown: only
+//! [`crate::config::redis::redact`]ed URLs are.
+
+pub mod breaker;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use prometheus::{IntCounterVec, IntGauge, Opts};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, FromRedisValue, RedisFuture, ScriptInvocation, Value};
+
+use crate::config::redis::redact;
+use crate::config::RedisConfig;
+use crate::metrics::Metrics;
+pub use breaker::{Breaker, State};
+
+/// How often the watcher pings a Redis that is up (a Redis that died while no request used it is
+/// reported down within this).
+const PING_EVERY: Duration = Duration::from_secs(1);
+
+/// Why a command did not give an answer. In every case the caller goes on as if there were no
+/// shared tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedError {
+    /// The breaker is open (or Redis was never reached): Redis was not asked.
+    Unavailable,
+    /// Redis did not answer within `[redis] timeout`.
+    Timeout,
+    /// Redis answered with an error, or the connection failed.
+    Failed,
+}
+
+/// The connection: one server (through redis-rs's reconnecting manager) or a cluster.
+enum Link {
+    Single(ConnectionManager),
+    /// The cluster's connection is made by the watcher's first successful probe.
+    Cluster {
+        client: Box<ClusterClient>,
+        conn: OnceLock<ClusterConnection>,
+    },
+}
+
+/// A connection handle for one command (both kinds are cheap clones of a shared handle).
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+struct SharedMetrics {
+    up: IntGauge,
+    breaker: IntGauge,
+    errors: IntCounterVec,
+}
+
+impl SharedMetrics {
+    fn new(metrics: &Metrics) -> SharedMetrics {
+        let up = IntGauge::new(
+            "snowgate_redis_up",
+            "1 while the shared tier's Redis answers (the breaker is closed), else 0",
+        )
+        .expect("static metric definition is valid");
+        let breaker = IntGauge::new(
+            "snowgate_redis_breaker_state",
+            "The Redis circuit breaker: 0 closed, 1 open, 2 half-open (probing)",
+        )
+        .expect("static metric definition is valid");
+        let errors = IntCounterVec::new(
+            Opts::new(
+                "snowgate_redis_errors_total",
+                "Redis commands that failed, by operation and kind (timeout or error)",
+            ),
+            &["op", "kind"],
+        )
+        .expect("static metric definition is valid");
+        let registry = metrics.registry();
+        for c in [
+            Box::new(up.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(breaker.clone()),
+            Box::new(errors.clone()),
+        ] {
+            let _ = registry.register(c);
+        }
+        SharedMetrics {
+            up,
+            breaker,
+            errors,
+        }
+    }
+}
+
+/// The shared tier (one per gateway, when `[redis]` is set).
+pub struct Shared {
+    link: Link,
+    timeout: Duration,
+    prefix: Box<str>,
+    /// `{prefix}{network ID}:`, once the nodes have told the network ID.
+    network: OnceLock<Box<str>>,
+    breaker: Breaker,
+    /// What the logs call this Redis (the URLs without credentials).
+    shown: String,
+    metrics: SharedMetrics,
+}
+
+impl Shared {
+    /// Builds the tier from `[redis]` without any I/O: the watcher ([`Shared::spawn_watcher`])
+    /// connects, and until it has, requests do without Redis.
+    pub fn new(config: &RedisConfig, metrics: &Metrics) -> Result<Arc<Shared>, String> {
+        let timeout = config.timeout;
+        let shown = config
+            .urls()
+            .iter()
+            .map(|u| redact(u))
+            .collect::<Vec<_>>()
+            .join(", ");
+        // Connecting may take longer than one command may wait: it happens off the request path.
+        let connect_timeout = (timeout * 40).max(Duration::from_secs(1));
+        let link = match &config.url {
+            Some(url) => {
+                let client = redis::Client::open(url.as_str())
+                    .map_err(|e| format!("`redis.url` ({}): {e}", redact(url)))?;
+                let manager = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(connect_timeout))
+                    .set_response_timeout(None)
+                    .set_number_of_retries(1)
+                    .set_min_delay(Duration::from_millis(50))
+                    .set_max_delay(Duration::from_secs(1));
+                let manager = ConnectionManager::new_lazy_with_config(client, manager)
+                    .map_err(|e| format!("`redis.url` ({}): {e}", redact(url)))?;
+                Link::Single(manager)
+            }
+            None => {
+                let client = ClusterClient::builder(config.cluster.iter().map(String::as_str))
+                    .connection_timeout(connect_timeout)
+                    .response_timeout(connect_timeout)
+                    .retries(1)
+                    .build()
+                    .map_err(|e| format!("`redis.cluster` ({shown}): {e}"))?;
+                Link::Cluster {
+                    client: Box::new(client),
+                    conn: OnceLock::new(),
+                }
+            }
+        };
+        let metrics = SharedMetrics::new(metrics);
+        metrics.breaker.set(State::Open as i64);
+        Ok(Arc::new(Shared {
+            link,
+            timeout,
+            prefix: config.key_prefix.clone().into_boxed_str(),
+            network: OnceLock::new(),
+            breaker: Breaker::new(State::Open),
+            shown,
+            metrics,
+        }))
+    }
+
+    /// Whether requests use Redis now (the breaker is closed).
+    pub fn available(&self) -> bool {
+        self.breaker.closed()
+    }
+
+    /// The breaker's state.
+    pub fn state(&self) -> State {
+        self.breaker.state()
+    }
+
+    /// `[redis] key_prefix`.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Records the network ID the nodes report: cache keys carry it from now on. Only the first
+    /// call counts (a pool whose nodes disagree is a configuration error, reported elsewhere).
+    pub fn learn_network(&self, network_id: &str) {
+        let _ = self
+            .network
+            .set(format!("{}{network_id}:", self.prefix).into_boxed_str());
+    }
+
+    /// `{key_prefix}{network ID}:`, or `None` while the network is not known yet (nothing is
+    /// shared until it is).
+    pub fn network_prefix(&self) -> Option<&str> {
+        self.network.get().map(|n| &**n)
+    }
+
+    /// A connection handle, if a request may use Redis now.
+    fn conn(&self) -> Option<Conn> {
+        if !self.breaker.closed() {
+            return None;
+        }
+        self.any_conn()
+    }
+
+    /// A connection handle whatever the breaker says (the watcher's probes).
+    fn any_conn(&self) -> Option<Conn> {
+        match &self.link {
+            Link::Single(m) => Some(Conn::Single(m.clone())),
+            Link::Cluster { conn, .. } => conn.get().cloned().map(Conn::Cluster),
+        }
+    }
+
+    /// Runs one command for a request: skipped while the breaker is open, cut at `[redis]
+    /// timeout`, its failure counted against the breaker. `op` labels the error metric.
+    pub async fn query<T: FromRedisValue>(
+        &self,
+        op: &'static str,
+        cmd: &Cmd,
+    ) -> Result<T, SharedError> {
+        let mut conn = self.conn().ok_or(SharedError::Unavailable)?;
+        let result = tokio::time::timeout(self.timeout, cmd.query_async::<T>(&mut conn)).await;
+        self.settle(op, result)
+    }
+
+    /// Runs one script for a request (EVALSHA, loading it on the first use), as [`Shared::query`].
+    pub async fn invoke<T: FromRedisValue>(
+        &self,
+        op: &'static str,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<T, SharedError> {
+        let mut conn = self.conn().ok_or(SharedError::Unavailable)?;
+        let result =
+            tokio::time::timeout(self.timeout, invocation.invoke_async::<T>(&mut conn)).await;
+        self.settle(op, result)
+    }
+
+    fn settle<T>(
+        &self,
+        op: &'static str,
+        result: Result<redis::RedisResult<T>, tokio::time::error::Elapsed>,
+    ) -> Result<T, SharedError> {
+        let error = match result {
+            Ok(Ok(v)) => {
+                self.breaker.success();
+                return Ok(v);
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(op, error = %e, "redis command failed");
+                SharedError::Failed
+            }
+            Err(_) => SharedError::Timeout,
+        };
+        let kind = if error == SharedError::Timeout {
+            "timeout"
+        } else {
+            "error"
+        };
+        self.metrics.errors.with_label_values(&[op, kind]).inc();
+        if self.breaker.failure() {
+            self.opened(kind);
+        }
+        Err(error)
+    }
+
+    fn opened(&self, why: &str) {
+        self.metrics.up.set(0);
+        self.metrics.breaker.set(State::Open as i64);
+        tracing::warn!(redis = %self.shown, why, "shared tier down: answering without Redis until it is back");
+    }
+
+    /// One probe of Redis: connects if needed (a cluster's first connection), then `PING`, both
+    /// within a probe's time (the connect timeout for a first connection, else `[redis] timeout`).
+    async fn probe(&self) -> bool {
+        if let Link::Cluster { client, conn } = &self.link {
+            if conn.get().is_none() {
+                let wait = (self.timeout * 40).max(Duration::from_secs(1));
+                match tokio::time::timeout(wait, client.get_async_connection()).await {
+                    Ok(Ok(c)) => {
+                        let _ = conn.set(c);
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, "redis cluster connection failed");
+                        return false;
+                    }
+                    Err(_) => return false,
+                }
+            }
+        }
+        let Some(mut conn) = self.any_conn() else {
+            return false;
+        };
+        // The first command on a lazy connection also connects: give it the connect timeout.
+        let first = matches!(self.metrics.up.get(), 0);
+        let wait = if first {
+            (self.timeout * 40).max(Duration::from_secs(1))
+        } else {
+            self.timeout
+        };
+        let ping = redis::cmd("PING");
+        let ping = ping.query_async::<String>(&mut conn);
+        matches!(tokio::time::timeout(wait, ping).await, Ok(Ok(_)))
+    }
+
+    /// Starts the watcher: while Redis is up it pings it every second (a Redis that died unused
+    /// is reported down), while it is down it probes it with backoff, and closes the breaker on
+    /// the first answer. Stops when `stop` flips to true.
+    pub fn spawn_watcher(self: &Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            loop {
+                let wait = if this.breaker.closed() {
+                    PING_EVERY
+                } else {
+                    this.breaker
+                        .backoff(rand::Rng::gen_range(&mut rand::thread_rng(), 0.5..=1.0))
+                };
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = stop.changed() => return,
+                }
+                this.check().await;
+            }
+        });
+    }
+
+    /// One round of the watcher (also run once before the gateway serves, so that a Redis that
+    /// is up is used from the first request).
+    pub async fn check(&self) {
+        if self.breaker.closed() {
+            if !self.probe().await {
+                self.metrics
+                    .errors
+                    .with_label_values(&["ping", "error"])
+                    .inc();
+                if self.breaker.open() {
+                    self.opened("ping failed");
+                }
+            }
+            return;
+        }
+        self.breaker.probing();
+        self.metrics.breaker.set(State::HalfOpen as i64);
+        if self.probe().await {
+            self.breaker.probe_succeeded();
+            self.metrics.up.set(1);
+            self.metrics.breaker.set(State::Closed as i64);
+            tracing::info!(redis = %self.shown, "shared tier up: using Redis");
+        } else {
+            self.breaker.probe_failed();
+            self.metrics.breaker.set(State::Open as i64);
+        }
+    }
+}
