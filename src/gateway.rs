@@ -9,8 +9,9 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
+use crate::cache::shared::SharedCache;
 use crate::cache::AnswerCache;
-use crate::call::BestHeight;
+use crate::call::{BestHeight, Caller, ClientId, RpcCall};
 use crate::config::Config;
 use crate::http::admin::Admin;
 use crate::http::decode::Decoding;
@@ -20,6 +21,7 @@ use crate::methods::Registry;
 use crate::metrics::{CounterTable, Metrics, OUTCOMES};
 use crate::policy::AdminKeys;
 use crate::ratelimit::Limiter;
+use crate::shared::Shared;
 use crate::stack::{SharedRpc, Stack};
 use crate::upstream::Pool;
 
@@ -31,6 +33,7 @@ pub struct Gateway {
     cache: Option<Arc<AnswerCache>>,
     metrics: Metrics,
     limiter: Option<Arc<Limiter>>,
+    shared: Option<Arc<Shared>>,
     draining: Arc<AtomicBool>,
     drain_grace: Duration,
     stop: watch::Sender<bool>,
@@ -71,6 +74,7 @@ impl Gateway {
             cache: parts.cache,
             metrics: parts.metrics,
             limiter: parts.limiter,
+            shared: parts.shared,
             draining: parts.draining,
             drain_grace: config.server.drain_grace,
             stop,
@@ -108,6 +112,11 @@ impl Gateway {
         self.limiter.as_ref()
     }
 
+    /// The fleet's Redis tier (`None` without `[redis]`).
+    pub fn shared(&self) -> Option<&Arc<Shared>> {
+        self.shared.as_ref()
+    }
+
     /// Stops accepting, drains requests in flight (`/ext/health` answers 503 meanwhile, and
     /// connections close after their answer), stops the health checks.
     pub async fn shutdown(self) {
@@ -128,6 +137,8 @@ pub struct Parts {
     pub pool: Arc<Pool>,
     pub cache: Option<Arc<AnswerCache>>,
     pub limiter: Option<Arc<Limiter>>,
+    /// The fleet's Redis (`None` without `[redis]`).
+    pub shared: Option<Arc<Shared>>,
     pub metrics: Metrics,
     pub draining: Arc<AtomicBool>,
 }
@@ -154,9 +165,29 @@ pub async fn assemble(
     let first_round = (0..pool.upstreams().len()).map(|i| pool.check_once(i));
     futures_util::future::join_all(first_round).await;
     let registry = Registry::with_overrides(&config.methods);
+    // The fleet's Redis: asked once now (so that a Redis that is up is used from the first
+    // request; one that is down costs at most a connect timeout here, and is retried in the
+    // background), and told the network the nodes serve (cache keys carry it).
+    let shared = match &config.redis {
+        Some(redis) => {
+            let shared = Shared::new(redis, &metrics).map_err(|e| anyhow::anyhow!(e))?;
+            shared.check().await;
+            learn_network(&pool, &registry, &shared).await;
+            Some(shared)
+        }
+        None => None,
+    };
     let cache = config.cache.enabled.then(|| {
         let best: Arc<dyn BestHeight> = pool.clone();
-        AnswerCache::new(&config.cache, best, &metrics, registry.len())
+        let tier = shared.clone().filter(|_| config.shares_cache()).map(|s| {
+            SharedCache::new(
+                s,
+                config.cache.shared_ttl,
+                config.limits.response_bytes,
+                &metrics,
+            )
+        });
+        AnswerCache::new(&config.cache, best, tier, &metrics, registry.len())
     });
     let limiter = config
         .rate_limit
@@ -164,6 +195,18 @@ pub async fn assemble(
         .then(|| Limiter::new(&config.rate_limit, &metrics));
     if let Some(stop) = background {
         pool.spawn_health_checks(stop.clone());
+        if let Some(shared) = &shared {
+            shared.spawn_watcher(stop.clone());
+            if shared.network_prefix().is_none() {
+                spawn_network_learner(
+                    pool.clone(),
+                    registry.clone(),
+                    shared.clone(),
+                    config.health.interval,
+                    stop.clone(),
+                );
+            }
+        }
         if let Some(l) = &limiter {
             l.spawn_pruner(stop);
         }
@@ -179,6 +222,7 @@ pub async fn assemble(
         draining: draining.clone(),
         body_room: body_room.clone(),
         total_body_bytes: config.limits.total_body_bytes,
+        shared: shared.clone(),
     };
     let routes = Routes {
         admin,
@@ -208,7 +252,72 @@ pub async fn assemble(
         pool,
         cache,
         limiter,
+        shared,
         metrics,
         draining,
     })
+}
+
+/// Asks the pool for the network ID (`info.getNetworkID`) and gives it to the shared tier: cache
+/// keys in Redis carry it, and nothing is shared until it is known. Only a plain decimal ID is
+/// taken (it becomes part of Redis keys).
+async fn learn_network(pool: &Pool, registry: &Registry, shared: &Shared) -> bool {
+    let Some(spec) = registry.get("info.getNetworkID") else {
+        return false;
+    };
+    let local = std::net::IpAddr::from([127, 0, 0, 1]);
+    let call = RpcCall {
+        spec: spec.clone(),
+        params: None,
+        id: Some(bytes::Bytes::from_static(b"1")),
+        caller: Caller {
+            admin: true,
+            pin: None,
+            ip: local,
+            client: ClientId::Ip(local),
+            request_id: None,
+        },
+        route_min_height: None,
+    };
+    let Ok(answer) = pool.forward(&call).await else {
+        return false;
+    };
+    let id = crate::jsonrpc::Json::parse(&answer.payload)
+        .ok()
+        .and_then(|v| {
+            v.field("networkID")
+                .and_then(|n| n.as_str().map(str::to_string))
+        });
+    match id {
+        Some(id) if !id.is_empty() && id.len() <= 20 && id.bytes().all(|b| b.is_ascii_digit()) => {
+            tracing::info!(network_id = %id, "shared tier: keys carry this network ID");
+            shared.learn_network(&id);
+            true
+        }
+        _ => {
+            tracing::warn!("shared tier: the nodes' network ID is not a number; nothing is shared");
+            false
+        }
+    }
+}
+
+/// Retries [`learn_network`] every health interval until it succeeds or `stop` flips.
+fn spawn_network_learner(
+    pool: Arc<Pool>,
+    registry: Registry,
+    shared: Arc<Shared>,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = stop.changed() => return,
+            }
+            if learn_network(&pool, &registry, &shared).await {
+                return;
+            }
+        }
+    });
 }

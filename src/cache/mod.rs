@@ -11,6 +11,10 @@
 //!   every head answer from before it is unreachable at once; a head answer is only stored when
 //!   the node that gave it had reached that height.
 //!
+//! With a fleet's `[redis]` ([`shared`]), a memory miss of an immutable or head-class call looks in
+//! Redis before it asks a node (inside the coalesced miss, so identical misses make one lookup),
+//! and what a node answers is also written there, in the background.
+//!
 //! Memory is bounded in bytes: a weigher charges each entry its key, its answer and a fixed
 //! overhead against `[cache] max_bytes`.
 //!
@@ -39,6 +43,7 @@
 
 pub mod key;
 pub mod rules;
+pub mod shared;
 
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher, RandomState};
@@ -281,6 +286,8 @@ pub struct AnswerCache {
     hasher: RandomState,
     ttls: Ttls,
     best: Arc<dyn BestHeight>,
+    /// The fleet's Redis tier (`None` without `[redis]` or with `[cache] shared = false`).
+    shared: Option<shared::SharedCache>,
     metrics: CacheMetrics,
 }
 
@@ -290,6 +297,7 @@ impl AnswerCache {
     pub fn new(
         config: &CacheConfig,
         best: Arc<dyn BestHeight>,
+        shared: Option<shared::SharedCache>,
         metrics: &Metrics,
         methods: usize,
     ) -> Arc<AnswerCache> {
@@ -326,6 +334,7 @@ impl AnswerCache {
                 volatile: config.volatile_ttl,
             },
             best,
+            shared,
             metrics,
         })
     }
@@ -426,6 +435,12 @@ impl AnswerCache {
             .lookups
             .inc(spec.index, &[&spec.name, class_label(spec.cache)], result);
     }
+}
+
+/// The classes kept in the fleet's Redis too: final answers, and head answers (keyed by height).
+/// Network and volatile answers are cheap to ask again and short-lived.
+fn shares(c: CacheClass) -> bool {
+    matches!(c, CacheClass::Immutable | CacheClass::Head)
 }
 
 fn class_label(c: CacheClass) -> &'static str {
@@ -566,29 +581,53 @@ where
     S: Service<RpcCall, Response = Answer, Error = ProxyError>,
 {
     let ran = Arc::new(AtomicBool::new(false));
-    let init =
-        {
-            let ran = ran.clone();
-            let cache = cache.clone();
-            let key = key.as_str();
-            // Borrowed: both stay here for the one case where the entry found is another key's (a
-            // shared fingerprint).
-            let (inner, call) = (&mut inner, &call);
-            async move {
-                ran.store(true, Ordering::Relaxed);
-                let answer = inner
-                    .oneshot(call.clone())
-                    .await
-                    .map_err(NotStored::Failed)?;
-                let ttl = rules::lifetime(call, answer.kind, &answer.payload, &cache.ttls);
-                match ttl {
-                    Some(ttl) if rules::fresh_enough(head, answer.upstream_height) => Ok(
-                        Entry::new(key, answer.kind, &answer.payload, call.spec.index, ttl),
-                    ),
-                    _ => Err(NotStored::Answer(answer)),
+    // Set when the entry came from the fleet's Redis rather than a node (the answer is a hit).
+    let from_shared = Arc::new(AtomicBool::new(false));
+    let init = {
+        let ran = ran.clone();
+        let from_shared = from_shared.clone();
+        let cache = cache.clone();
+        let key = key.as_str();
+        // Borrowed: both stay here for the one case where the entry found is another key's (a
+        // shared fingerprint).
+        let (inner, call) = (&mut inner, &call);
+        async move {
+            ran.store(true, Ordering::Relaxed);
+            let shared = cache.shared.as_ref().filter(|_| shares(call.spec.cache));
+            if let Some(tier) = shared {
+                let accept = |payload: &[u8]| {
+                    rules::lifetime(call, AnswerKind::Result, payload, &cache.ttls).is_some()
+                };
+                if let shared::Found::Answer(payload) = tier.lookup(key, accept).await {
+                    from_shared.store(true, Ordering::Relaxed);
+                    let ttl = rules::lifetime(call, AnswerKind::Result, &payload, &cache.ttls)
+                        .unwrap_or(None);
+                    let entry = Entry::new(key, AnswerKind::Result, &payload, call.spec.index, ttl);
+                    return Ok(entry);
                 }
             }
-        };
+            let answer = inner
+                .oneshot(call.clone())
+                .await
+                .map_err(NotStored::Failed)?;
+            let ttl = rules::lifetime(call, answer.kind, &answer.payload, &cache.ttls);
+            match ttl {
+                Some(ttl) if rules::fresh_enough(head, answer.upstream_height) => {
+                    if let Some(tier) = shared {
+                        tier.store(key, &answer.payload, ttl.unwrap_or(tier.immutable_ttl));
+                    }
+                    Ok(Entry::new(
+                        key,
+                        answer.kind,
+                        &answer.payload,
+                        call.spec.index,
+                        ttl,
+                    ))
+                }
+                _ => Err(NotStored::Answer(answer)),
+            }
+        }
+    };
     let result = cache
         .store
         .entry(fingerprint)
@@ -610,6 +649,9 @@ where
             let mut answer = inner.oneshot(call).await?;
             answer.cache = CacheStatus::Miss;
             Ok(answer)
+        }
+        Ok(entry) if ran && from_shared.load(Ordering::Relaxed) => {
+            Ok(entry.value().answer(CacheStatus::Hit))
         }
         Ok(entry) => Ok(entry.value().answer(CacheStatus::Miss)),
         Err(shared) => match &*shared {

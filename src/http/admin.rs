@@ -53,6 +53,24 @@ pub struct Admin {
     /// The gateway's room for request bodies, and its size, for the buffered-bytes gauge.
     pub(crate) body_room: Arc<Semaphore>,
     pub(crate) total_body_bytes: usize,
+    /// The fleet's Redis, for `/ext/health` (`None` without `[redis]`).
+    pub(crate) shared: Option<Arc<crate::shared::Shared>>,
+}
+
+/// `/ext/health`'s body: the pool, and the fleet's shared tier when there is one. Redis down does
+/// not make the instance unhealthy: it answers without it.
+#[derive(serde::Serialize)]
+struct Health {
+    #[serde(flatten)]
+    pool: crate::upstream::PoolStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shared: Option<SharedStatus>,
+}
+
+#[derive(serde::Serialize)]
+struct SharedStatus {
+    /// `"up"` while Redis is used, `"down"` while snowgate answers without it.
+    redis: &'static str,
 }
 
 impl Admin {
@@ -92,7 +110,13 @@ impl Admin {
         } else {
             StatusCode::SERVICE_UNAVAILABLE
         };
-        let mut body = serde_json::to_vec(&status).unwrap_or_default();
+        let health = Health {
+            pool: status,
+            shared: self.shared.as_ref().map(|s| SharedStatus {
+                redis: if s.available() { "up" } else { "down" },
+            }),
+        };
+        let mut body = serde_json::to_vec(&health).unwrap_or_default();
         body.push(b'\n');
         Ok(json(code, body))
     }

@@ -262,6 +262,7 @@ mod tests {
                 draining: Arc::new(AtomicBool::new(false)),
                 body_room: body_room.clone(),
                 total_body_bytes: limits.total_body_bytes,
+                shared: None,
             },
             limiter: None,
             limits,

@@ -1,0 +1,391 @@
+//! The cache's shared tier: immutable and head-class answers also kept in the fleet's Redis
+//! (`crate::shared`), so that a miss on one instance is a hit on the others.
+//!
+//! Reads go memory, then Redis, then a node; a Redis hit is stored in memory too. Writes never
+//! delay an answer: they run in tasks of their own, bounded in bytes ([`WRITE_BUDGET`]), and are
+//! dropped (counted) when the budget is spent or Redis is down.
+//!
+//! Anyone who can write to the Redis can write to these keys, so a value is trusted only when:
+//! * it is in this format, version [`VERSION`] (a value of another format or version is a miss and
+//!   is overwritten by the next store);
+//! * it carries the full key it was stored under (`[redis] key_prefix`, the network ID, the
+//!   canonical call), compared byte for byte with the one asked for: the Redis key is only a hash
+//!   of it, and two calls sharing a hash never share an answer;
+//! * its digest (SHA-256 over everything else, truncated to [`DIGEST_LEN`] bytes) matches, so a
+//!   flipped or truncated byte is caught even where the answer would still read as JSON;
+//! * it passes the checks a node's answer passes before it is cached: a result (never an error),
+//!   one whole JSON value, within the size a node may answer, that the cache rules would keep.
+//!
+//! The digest protects against corruption and mix-ups, not against someone who writes to Redis
+//! on purpose: such a writer can compute it. Redis must be as trusted as the nodes (see the
+//! README's "Running a fleet").
+//!
+//! A value is read with `GETRANGE` up to the largest value this instance would ever write, so a
+//! huge value planted in Redis costs a read of at most that much.
+//!
+//! Format: `[VERSION][kind][full key length, u32 big-endian][full key][digest][answer]`; the Redis
+//! key is `{key_prefix}{network ID}:c:{first 32 hex digits of SHA-256 of the canonical key}`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::{IntCounterVec, Opts};
+use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
+
+use crate::call::AnswerKind;
+use crate::metrics::Metrics;
+use crate::shared::{Shared, SharedError};
+
+/// The format's version byte: bumped when the layout changes, so that old values are misses.
+pub const VERSION: u8 = 1;
+
+/// Bytes of the SHA-256 digest kept in a value.
+pub const DIGEST_LEN: usize = 16;
+
+/// The most bytes of writes to Redis in flight at once; beyond, writes are dropped.
+pub const WRITE_BUDGET: usize = 32 * 1024 * 1024;
+
+const HEADER: usize = 1 + 1 + 4;
+
+/// Why a value read from Redis is not served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejected {
+    /// Not this format or version.
+    Format,
+    /// Stored under another key (a shared hash, another network or prefix).
+    OtherKey,
+    /// The digest does not match: corrupted or truncated.
+    Digest,
+    /// An error answer: never cached.
+    NotAResult,
+    /// Not one whole JSON value, or larger than a node's answer may be.
+    NotAnAnswer,
+}
+
+/// The Redis key of `full_key` (`network_prefix` + canonical key) under `network_prefix`.
+pub fn redis_key(network_prefix: &str, canonical: &str) -> Vec<u8> {
+    let digest = Sha256::digest(canonical.as_bytes());
+    let mut key = Vec::with_capacity(network_prefix.len() + 3 + 32);
+    key.extend_from_slice(network_prefix.as_bytes());
+    key.extend_from_slice(b"c:");
+    for b in &digest[..16] {
+        key.extend_from_slice(format!("{b:02x}").as_bytes());
+    }
+    key
+}
+
+fn digest(kind: u8, full_key: &[&str], payload: &[u8]) -> [u8; DIGEST_LEN] {
+    let mut h = Sha256::new();
+    h.update([VERSION, kind]);
+    for part in full_key {
+        h.update(part.as_bytes());
+    }
+    h.update(payload);
+    let mut out = [0; DIGEST_LEN];
+    out.copy_from_slice(&h.finalize()[..DIGEST_LEN]);
+    out
+}
+
+fn kind_byte(kind: AnswerKind) -> u8 {
+    match kind {
+        AnswerKind::Result => 0,
+        AnswerKind::Error => 1,
+    }
+}
+
+/// The value stored for an answer under the full key `network_prefix` + `canonical`.
+pub fn encode(network_prefix: &str, canonical: &str, kind: AnswerKind, payload: &[u8]) -> Vec<u8> {
+    let key_len = network_prefix.len() + canonical.len();
+    let mut v = Vec::with_capacity(HEADER + key_len + DIGEST_LEN + payload.len());
+    v.push(VERSION);
+    v.push(kind_byte(kind));
+    v.extend_from_slice(&u32::try_from(key_len).unwrap_or(u32::MAX).to_be_bytes());
+    v.extend_from_slice(network_prefix.as_bytes());
+    v.extend_from_slice(canonical.as_bytes());
+    v.extend_from_slice(&digest(
+        kind_byte(kind),
+        &[network_prefix, canonical],
+        payload,
+    ));
+    v.extend_from_slice(payload);
+    v
+}
+
+/// The answer in `value` if it is one this instance may serve for the full key `network_prefix` +
+/// `canonical`, at most `max_answer` bytes long (the cache rules are the caller's to apply).
+pub fn decode<'v>(
+    value: &'v [u8],
+    network_prefix: &str,
+    canonical: &str,
+    max_answer: usize,
+) -> Result<&'v [u8], Rejected> {
+    let header = value.get(..HEADER).ok_or(Rejected::Format)?;
+    if header[0] != VERSION || header[1] > 1 {
+        return Err(Rejected::Format);
+    }
+    let kind = header[1];
+    let key_len = u32::from_be_bytes([header[2], header[3], header[4], header[5]]) as usize;
+    let rest = &value[HEADER..];
+    let stored_key = rest.get(..key_len).ok_or(Rejected::Format)?;
+    let wanted = [network_prefix.as_bytes(), canonical.as_bytes()];
+    if key_len != wanted[0].len() + wanted[1].len()
+        || &stored_key[..wanted[0].len()] != wanted[0]
+        || &stored_key[wanted[0].len()..] != wanted[1]
+    {
+        return Err(Rejected::OtherKey);
+    }
+    let rest = &rest[key_len..];
+    let stored_digest = rest.get(..DIGEST_LEN).ok_or(Rejected::Format)?;
+    let payload = &rest[DIGEST_LEN..];
+    if stored_digest != digest(kind, &[network_prefix, canonical], payload) {
+        return Err(Rejected::Digest);
+    }
+    if kind != kind_byte(AnswerKind::Result) {
+        return Err(Rejected::NotAResult);
+    }
+    let whole_value = crate::jsonrpc::gojson::scan_value(payload)
+        .is_ok_and(|r| r.start == 0 && r.end == payload.len());
+    if payload.len() > max_answer || !whole_value {
+        return Err(Rejected::NotAnAnswer);
+    }
+    Ok(payload)
+}
+
+/// The largest value a key of `key_len` bytes and an answer of `max_answer` bytes make.
+pub fn max_value(key_len: usize, max_answer: usize) -> usize {
+    HEADER + key_len + DIGEST_LEN + max_answer
+}
+
+/// The cache's handle on the shared tier.
+pub struct SharedCache {
+    shared: Arc<Shared>,
+    /// How long Redis keeps an immutable answer (`[cache] shared_ttl`).
+    pub immutable_ttl: Duration,
+    /// The largest answer a node may give (`[limits] response_bytes`): nothing larger is read.
+    max_answer: usize,
+    writes: Arc<Semaphore>,
+    lookups: IntCounterVec,
+    written: IntCounterVec,
+}
+
+/// What a lookup in Redis found.
+pub enum Found {
+    /// A value that passed every check: the answer.
+    Answer(bytes::Bytes),
+    /// Nothing usable (missing, rejected, Redis down or slow): ask a node.
+    Nothing,
+}
+
+impl SharedCache {
+    pub fn new(
+        shared: Arc<Shared>,
+        immutable_ttl: Duration,
+        max_answer: usize,
+        metrics: &Metrics,
+    ) -> SharedCache {
+        let lookups = IntCounterVec::new(
+            Opts::new(
+                "snowgate_shared_cache_total",
+                "Lookups in the shared (Redis) cache tier after a memory miss, by result: hit, \
+                 miss, rejected (a value that failed the checks), error (Redis failed or timed \
+                 out), skipped (Redis down or the network not known yet)",
+            ),
+            &["result"],
+        )
+        .expect("static metric definition is valid");
+        let written = IntCounterVec::new(
+            Opts::new(
+                "snowgate_shared_writes_total",
+                "Answers written to the shared cache tier, by result: written, dropped (Redis \
+                 down or the write budget spent), failed",
+            ),
+            &["result"],
+        )
+        .expect("static metric definition is valid");
+        let _ = metrics.registry().register(Box::new(lookups.clone()));
+        let _ = metrics.registry().register(Box::new(written.clone()));
+        SharedCache {
+            shared,
+            immutable_ttl,
+            max_answer,
+            writes: Arc::new(Semaphore::new(WRITE_BUDGET)),
+            lookups,
+            written,
+        }
+    }
+
+    fn count(&self, result: &str) {
+        self.lookups.with_label_values(&[result]).inc();
+    }
+
+    /// Looks `canonical` up in Redis (at most `[redis] timeout`). `accept` applies the cache rules
+    /// to a decoded answer (a value they would not keep is rejected like a corrupted one).
+    pub async fn lookup(&self, canonical: &str, accept: impl FnOnce(&[u8]) -> bool) -> Found {
+        let Some(network) = self
+            .shared
+            .network_prefix()
+            .filter(|_| self.shared.available())
+        else {
+            self.count("skipped");
+            return Found::Nothing;
+        };
+        let key = redis_key(network, canonical);
+        let limit = max_value(network.len() + canonical.len(), self.max_answer);
+        // One byte past the largest acceptable value: a longer one is refused unread.
+        let mut cmd = redis::cmd("GETRANGE");
+        cmd.arg(&key).arg(0).arg(limit);
+        let value: Vec<u8> = match self.shared.query("cache_get", &cmd).await {
+            Ok(v) => v,
+            Err(SharedError::Unavailable) => {
+                self.count("skipped");
+                return Found::Nothing;
+            }
+            Err(_) => {
+                self.count("error");
+                return Found::Nothing;
+            }
+        };
+        if value.is_empty() {
+            self.count("miss");
+            return Found::Nothing;
+        }
+        if value.len() > limit {
+            self.count("rejected");
+            tracing::warn!("shared cache: a value larger than any answer, ignored");
+            return Found::Nothing;
+        }
+        match decode(&value, network, canonical, self.max_answer) {
+            Ok(answer) if accept(answer) => {
+                self.count("hit");
+                Found::Answer(bytes::Bytes::copy_from_slice(answer))
+            }
+            Ok(_) => {
+                self.count("rejected");
+                tracing::warn!("shared cache: a value the cache rules would not keep, ignored");
+                Found::Nothing
+            }
+            Err(why) => {
+                self.count("rejected");
+                tracing::warn!(
+                    ?why,
+                    "shared cache: a value that failed its checks, ignored"
+                );
+                Found::Nothing
+            }
+        }
+    }
+
+    /// Stores an answer in Redis for `ttl`, in the background; dropped when Redis is down or the
+    /// write budget is spent.
+    pub fn store(&self, canonical: &str, payload: &[u8], ttl: Duration) {
+        let Some(network) = self
+            .shared
+            .network_prefix()
+            .filter(|_| self.shared.available())
+        else {
+            self.written.with_label_values(&["dropped"]).inc();
+            return;
+        };
+        let value = encode(network, canonical, AnswerKind::Result, payload);
+        let Some(permit) = u32::try_from(value.len())
+            .ok()
+            .and_then(|n| self.writes.clone().try_acquire_many_owned(n).ok())
+        else {
+            self.written.with_label_values(&["dropped"]).inc();
+            return;
+        };
+        let key = redis_key(network, canonical);
+        let millis = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let shared = self.shared.clone();
+        let written = self.written.clone();
+        tokio::spawn(async move {
+            let mut cmd = redis::cmd("SET");
+            cmd.arg(key).arg(value).arg("PX").arg(millis);
+            let result = shared.query::<()>("cache_set", &cmd).await;
+            drop(permit);
+            let label = match result {
+                Ok(()) => "written",
+                Err(SharedError::Unavailable) => "dropped",
+                Err(_) => "failed",
+            };
+            written.with_label_values(&[label]).inc();
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NET: &str = "snowgate:12345:";
+    const KEY: &str = "platform.getTx\u{0}{\"txID\":\"abc\"}";
+
+    #[test]
+    fn a_value_answers_for_its_own_key_only() {
+        let v = encode(NET, KEY, AnswerKind::Result, b"{\"tx\":\"0x00\"}");
+        assert_eq!(decode(&v, NET, KEY, 1024), Ok(&b"{\"tx\":\"0x00\"}"[..]));
+        // Another call, another network, another prefix.
+        let other = "platform.getTx\u{0}{\"txID\":\"abd\"}";
+        assert_eq!(decode(&v, NET, other, 1024), Err(Rejected::OtherKey));
+        assert_eq!(
+            decode(&v, "snowgate:1:", KEY, 1024),
+            Err(Rejected::OtherKey)
+        );
+        assert_eq!(
+            decode(&v, "fleet2:12345:", KEY, 1024),
+            Err(Rejected::OtherKey)
+        );
+    }
+
+    #[test]
+    fn every_flipped_byte_or_truncation_is_refused() {
+        let v = encode(NET, KEY, AnswerKind::Result, b"{\"tx\":\"0x00\",\"n\":12}");
+        for i in 0..v.len() {
+            let mut bad = v.clone();
+            bad[i] ^= 0x01;
+            assert!(decode(&bad, NET, KEY, 1024).is_err(), "byte {i} flipped");
+        }
+        for n in 0..v.len() {
+            assert!(decode(&v[..n], NET, KEY, 1024).is_err(), "cut at {n}");
+        }
+        let mut longer = v.clone();
+        longer.push(b' ');
+        assert!(decode(&longer, NET, KEY, 1024).is_err());
+    }
+
+    #[test]
+    fn foreign_values_errors_and_oversized_answers_are_refused() {
+        assert_eq!(decode(b"", NET, KEY, 1024), Err(Rejected::Format));
+        assert_eq!(decode(b"{\"tx\":1}", NET, KEY, 1024), Err(Rejected::Format));
+        let mut v2 = encode(NET, KEY, AnswerKind::Result, b"1");
+        v2[0] = VERSION + 1;
+        assert_eq!(decode(&v2, NET, KEY, 1024), Err(Rejected::Format));
+        let e = encode(NET, KEY, AnswerKind::Error, b"{\"code\":-32000}");
+        assert_eq!(decode(&e, NET, KEY, 1024), Err(Rejected::NotAResult));
+        let not_json = encode(NET, KEY, AnswerKind::Result, b"{\"tx\":");
+        assert_eq!(
+            decode(&not_json, NET, KEY, 1024),
+            Err(Rejected::NotAnAnswer)
+        );
+        let two = encode(NET, KEY, AnswerKind::Result, b"1 2");
+        assert_eq!(decode(&two, NET, KEY, 1024), Err(Rejected::NotAnAnswer));
+        let big = encode(NET, KEY, AnswerKind::Result, b"\"0123456789\"");
+        assert_eq!(decode(&big, NET, KEY, 11), Err(Rejected::NotAnAnswer));
+        assert!(decode(&big, NET, KEY, 12).is_ok());
+        // A claimed key length past the end.
+        let mut lying = encode(NET, KEY, AnswerKind::Result, b"1");
+        lying[2..6].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(decode(&lying, NET, KEY, 1024).is_err());
+    }
+
+    #[test]
+    fn redis_keys_are_under_the_network_and_hash_the_call() {
+        let k = redis_key(NET, KEY);
+        let k = String::from_utf8(k).unwrap();
+        assert!(k.starts_with("snowgate:12345:c:"), "{k}");
+        assert_eq!(k.len(), NET.len() + 2 + 32);
+        assert_ne!(k, String::from_utf8(redis_key(NET, "x")).unwrap());
+        assert_eq!(max_value(10, 100), 6 + 10 + 16 + 100);
+    }
+}
