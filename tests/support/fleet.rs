@@ -21,8 +21,13 @@ use super::{client, eventually, post_with, Reply, ADMIN_KEY};
 pub const SLOW_CHAIN: Duration = Duration::from_secs(60);
 /// The shared cache's keys under the default `key_prefix` (the network ID and a hash follow).
 pub const CACHE_KEYS: &str = "snowgate:*:c:*";
-/// The global quotas' keys under the default `key_prefix`.
-pub const QUOTA_KEYS: &str = "snowgate:*:q:*";
+
+/// Whether a Redis key is a global quota's under the default `key_prefix`: `snowgate:q:...`, or
+/// with a qualifier (a network ID) before the `q:`.
+pub fn is_quota_key(key: &[u8]) -> bool {
+    key.strip_prefix(b"snowgate:")
+        .is_some_and(|rest| rest.starts_with(b"q:") || rest.windows(3).any(|w| w == b":q:"))
+}
 
 /// Devnodes sharing one chain, and several gateways in front of all of them.
 pub struct Fleet {
@@ -515,9 +520,20 @@ pub async fn each_client_spraying_three_instances_gets_one_global_quota(redis: &
         keyed.served + by_address.served,
         "the nodes saw other calls than the served ones"
     );
+    // Two clients, two quotas in Redis; the API key itself is never written there.
+    let keys = redis.scan_keys("snowgate:*");
+    let quotas = keys.iter().filter(|k| is_quota_key(k)).count();
     assert!(
-        !redis.scan_keys(QUOTA_KEYS).is_empty(),
-        "no quota key matching {QUOTA_KEYS} in Redis"
+        quotas >= 2,
+        "{quotas} quota keys in Redis, expected one per client"
+    );
+    let shown: Vec<String> = keys
+        .iter()
+        .map(|k| String::from_utf8_lossy(k).into_owned())
+        .collect();
+    assert!(
+        shown.iter().all(|k| !k.contains(KEY)),
+        "an API key in a Redis key: {shown:?}"
     );
     fleet.shutdown().await;
 }
