@@ -55,6 +55,50 @@ async fn one_client_spraying_three_instances_gets_the_global_quota_and_two_clien
     each_client_spraying_three_instances_gets_one_global_quota(&redis).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleets_of_another_network_or_key_prefix_never_get_each_others_answers() {
+    let redis = RedisServer::start();
+    let toml = redis.redis_toml();
+    let local = Fleet::start(1, 1, SLOW_CHAIN, &toml, |_, _| {}).await;
+    // The same Redis and prefix, another network (fuji): the same call has another answer.
+    let fuji = Fleet::start_on_network(5, 1, 1, SLOW_CHAIN, &toml, |_, _| {}).await;
+    // The same network, another fleet sharing the Redis under its own prefix.
+    let other_prefix = format!("{toml}key_prefix = \"other-fleet:\"\n");
+    let other = Fleet::start(1, 1, SLOW_CHAIN, &other_prefix, |_, _| {}).await;
+
+    let first = block(&local, 0, 900).await;
+    assert!(is_result(&first), "{}", first.body);
+    wait_for_keys(&redis, CACHE_KEYS, 1).await;
+    for (name, fleet) in [("fuji", &fuji), ("other-fleet:", &other)] {
+        let r = block(fleet, 0, 900).await;
+        assert!(is_result(&r), "{name}: {}", r.body);
+        assert_eq!(
+            x_cache(&r),
+            "MISS",
+            "{name} was served the local fleet's entry"
+        );
+        assert_eq!(fleet.calls("platform.getBlockByHeight"), 1, "{name}");
+        let direct = support::post(
+            &format!("{}/ext/bc/P", fleet.nodes[0].url()),
+            &support::call("platform.getBlockByHeight", r#"{"height":900}"#),
+        )
+        .await;
+        assert_eq!(r.body, direct.body, "{name}: not its own node's answer");
+    }
+    assert_ne!(
+        block(&fuji, 0, 900).await.body,
+        first.body,
+        "the networks' blocks should differ, or this test proves nothing"
+    );
+    // Each fleet wrote its own entry: under the other prefix, and under fuji's network ID.
+    let other_keys = wait_for_keys(&redis, "other-fleet:*:c:*", 1).await;
+    assert_eq!(other_keys.len(), 1);
+    wait_for_keys(&redis, CACHE_KEYS, 2).await;
+    for f in [local, fuji, other] {
+        f.shutdown().await;
+    }
+}
+
 /// A fleet of `n` over `redis` with global quotas generous enough never to refuse the tests' load
 /// (so any refusal is Redis's doing), and `extra` TOML after `[rate_limit]`'s numbers.
 async fn generous_fleet(redis: &RedisServer, n: usize, extra: &str) -> Fleet {

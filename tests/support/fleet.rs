@@ -48,8 +48,20 @@ impl Fleet {
         toml: &str,
         tweak: impl Fn(usize, &mut Config),
     ) -> Fleet {
+        Fleet::start_on_network(12345, instances, nodes, block_interval, toml, tweak).await
+    }
+
+    /// [`Fleet::start`] over devnodes of network `network_id` (12345 = local, 5 = fuji).
+    pub async fn start_on_network(
+        network_id: u32,
+        instances: usize,
+        nodes: usize,
+        block_interval: Duration,
+        toml: &str,
+        tweak: impl Fn(usize, &mut Config),
+    ) -> Fleet {
         let network = Network::start(ChainConfig {
-            network_id: 12345,
+            network_id,
             seed: 1,
             block_interval,
         });
@@ -59,6 +71,7 @@ impl Fleet {
                 network.clone(),
                 DevNodeConfig {
                     node_index: i as u32,
+                    network_id,
                     block_interval,
                     ..Default::default()
                 },
