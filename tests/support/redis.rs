@@ -66,7 +66,13 @@ impl RedisServer {
     /// A server on a unix socket in a fresh temporary directory (`--port 0`: no TCP at all).
     pub fn start() -> RedisServer {
         let dir = temp_dir("redis");
-        let endpoint = Endpoint::Unix(dir.join("redis.sock"));
+        let socket = dir.join("redis.sock");
+        assert!(
+            socket.as_os_str().len() < 100,
+            "{} is too long for a unix socket (at most 107 bytes): set TMPDIR to a shorter directory",
+            socket.display()
+        );
+        let endpoint = Endpoint::Unix(socket);
         let mut server = RedisServer {
             child: None,
             dir,
