@@ -50,10 +50,10 @@ pub const SCRIPT: &str = include_str!("gcra.lua");
 pub const RETURN_AFTER: Duration = Duration::from_secs(1);
 
 /// How often the sweeper looks for idle leases (a lease goes back 1 to 1.5 s after its last use).
-const SWEEP_EVERY: Duration = Duration::from_millis(500);
+pub const SWEEP_EVERY: Duration = Duration::from_millis(500);
 
 /// Leases given back per sweep at most (each is one command): a sweep's work is bounded.
-const RETURNS_PER_SWEEP: usize = 256;
+pub const RETURNS_PER_SWEEP: usize = 256;
 
 /// The redis-errors metric's label for the quota script.
 const OP: &str = "quota";
