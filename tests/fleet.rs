@@ -262,6 +262,43 @@ async fn redis_killed_under_load_fails_no_client_read_and_sharing_resumes_after_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_started_while_redis_is_down_serves_and_shares_once_redis_is_up() {
+    let mut redis = RedisServer::start();
+    tokio::task::block_in_place(|| redis.kill());
+    let start = Instant::now();
+    let fleet = generous_fleet(&redis, 2, "").await;
+    let took = start.elapsed();
+    // A bound, not a timing claim: a start that waited for Redis would never end.
+    assert!(
+        took < Duration::from_secs(10),
+        "two instances took {took:?} to start"
+    );
+    for i in 0..2 {
+        let r = block(&fleet, i, 500).await;
+        assert!(
+            is_result(&r),
+            "instance {i} with Redis down: {} {}",
+            r.status,
+            r.body
+        );
+        let (status, v) = fleet.health(i).await;
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["shared"]["redis"], "down", "{v}");
+    }
+    tokio::task::block_in_place(|| redis.restart());
+    let mut heights = 510..600;
+    assert!(
+        sharing_works_within(&fleet, &mut heights, Duration::from_secs(10)).await,
+        "no sharing within 10 s of Redis coming up"
+    );
+    for i in 0..2 {
+        let (_, v) = fleet.health(i).await;
+        assert_eq!(v["shared"]["redis"], "up", "{v}");
+    }
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_redis_delays_no_request_beyond_its_timeout() {
     let redis = RedisServer::start();
     // `timeout` is the default, 25 ms.
