@@ -165,6 +165,34 @@ async fn fallbacks(fleet: &Fleet) -> (f64, f64) {
     (cache, quota)
 }
 
+/// Reads on instance `i` until `stop` (at most 5,000): new blocks (a shared read and write each)
+/// and a repeated one (a memory hit), counted in `reads`; the reads that failed.
+async fn reads_until_stopped(
+    fleet: &Fleet,
+    i: usize,
+    stop: &AtomicBool,
+    reads: &AtomicU64,
+) -> Vec<String> {
+    let mut failed = Vec::new();
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) && n < 5_000 {
+        // Heights 300..=899 exist (the chain holds 0..=1000); past 300 new ones, they repeat.
+        let h = if n % 2 == 0 {
+            300 + (i as u64 * 300 + n / 2) % 600
+        } else {
+            100
+        };
+        let r = block(fleet, i, h).await;
+        if !is_result(&r) {
+            failed.push(format!("{} {}", r.status, r.body));
+        }
+        n += 1;
+        reads.fetch_add(1, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    failed
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_under_load_fails_no_client_read_and_sharing_resumes_after_restart() {
     let mut redis = RedisServer::start();
@@ -180,29 +208,7 @@ async fn redis_killed_under_load_fails_no_client_read_and_sharing_resumes_after_
     // hits), until the control below has killed Redis, seen the fallback and restarted it.
     let stop = AtomicBool::new(false);
     let reads = AtomicU64::new(0);
-    let load = |i: usize| {
-        let (stop, reads, fleet) = (&stop, &reads, &fleet);
-        async move {
-            let mut failed = Vec::new();
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) && n < 5_000 {
-                // Heights 300..=899 exist (the chain holds 0..=1000); past 300 new ones, they repeat.
-                let h = if n % 2 == 0 {
-                    300 + (i as u64 * 300 + n / 2) % 600
-                } else {
-                    100
-                };
-                let r = block(fleet, i, h).await;
-                if !is_result(&r) {
-                    failed.push(format!("{} {}", r.status, r.body));
-                }
-                n += 1;
-                reads.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            failed
-        }
-    };
+    let load = |i: usize| reads_until_stopped(&fleet, i, &stop, &reads);
     let control = async {
         tokio::time::sleep(Duration::from_millis(300)).await;
         tokio::task::block_in_place(|| redis.kill());
@@ -257,6 +263,48 @@ async fn redis_killed_under_load_fails_no_client_read_and_sharing_resumes_after_
         total(&fleet, "snowgate_redis_up").await,
         2.0,
         "snowgate_redis_up after the restart"
+    );
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flapping_redis_fails_no_client_read_and_sharing_settles_after_it() {
+    let mut redis = RedisServer::start();
+    let fleet = generous_fleet(&redis, 2, "").await;
+    let mut heights = 100..200;
+    assert!(
+        sharing_works_within(&fleet, &mut heights, Duration::from_secs(5)).await,
+        "no shared hit before Redis flapped"
+    );
+    let stop = AtomicBool::new(false);
+    let reads = AtomicU64::new(0);
+    let control = async {
+        // Four times down and up again (empty each time), a quarter of a second each.
+        for _ in 0..4 {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            tokio::task::block_in_place(|| redis.kill());
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            tokio::task::block_in_place(|| redis.restart());
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        stop.store(true, Ordering::Relaxed);
+    };
+    let (failed_a, failed_b, ()) = tokio::join!(
+        reads_until_stopped(&fleet, 0, &stop, &reads),
+        reads_until_stopped(&fleet, 1, &stop, &reads),
+        control
+    );
+    assert!(
+        failed_a.is_empty() && failed_b.is_empty(),
+        "failed client reads: {:?} {:?}",
+        &failed_a[..failed_a.len().min(3)],
+        &failed_b[..failed_b.len().min(3)]
+    );
+    let n = reads.load(Ordering::Relaxed);
+    assert!(n > 50, "only {n} reads while Redis flapped");
+    assert!(
+        sharing_works_within(&fleet, &mut heights, Duration::from_secs(10)).await,
+        "sharing did not resume within 10 s of the last restart"
     );
     fleet.shutdown().await;
 }
