@@ -109,17 +109,6 @@ async fn generous_fleet(redis: &RedisServer, n: usize, extra: &str) -> Fleet {
     Fleet::start(n, 1, SLOW_CHAIN, &toml, |_, c| c.rate_limit.enabled = true).await
 }
 
-/// `getBlockByHeight` at `height` on instance `i`.
-async fn block(fleet: &Fleet, i: usize, height: u64) -> Reply {
-    fleet
-        .p(
-            i,
-            "platform.getBlockByHeight",
-            &format!(r#"{{"height":{height}}}"#),
-        )
-        .await
-}
-
 /// Polls (at most `limit`) until a new block fetched by instance 0 is a shared hit on instance 1;
 /// each try takes a fresh height from `heights`.
 async fn sharing_works_within(
@@ -163,34 +152,6 @@ async fn fallbacks(fleet: &Fleet) -> (f64, f64) {
     )
     .await;
     (cache, quota)
-}
-
-/// Reads on instance `i` until `stop` (at most 5,000): new blocks (a shared read and write each)
-/// and a repeated one (a memory hit), counted in `reads`; the reads that failed.
-async fn reads_until_stopped(
-    fleet: &Fleet,
-    i: usize,
-    stop: &AtomicBool,
-    reads: &AtomicU64,
-) -> Vec<String> {
-    let mut failed = Vec::new();
-    let mut n = 0u64;
-    while !stop.load(Ordering::Relaxed) && n < 5_000 {
-        // Heights 300..=899 exist (the chain holds 0..=1000); past 300 new ones, they repeat.
-        let h = if n % 2 == 0 {
-            300 + (i as u64 * 300 + n / 2) % 600
-        } else {
-            100
-        };
-        let r = block(fleet, i, h).await;
-        if !is_result(&r) {
-            failed.push(format!("{} {}", r.status, r.body));
-        }
-        n += 1;
-        reads.fetch_add(1, Ordering::Relaxed);
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    failed
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

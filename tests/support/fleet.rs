@@ -8,6 +8,7 @@
 //! `tests/fleet.rs` and `tests/fleet_cluster.rs` run them.
 #![allow(dead_code, clippy::unwrap_used)]
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use snowgate::config::{Config, UpstreamConfig};
@@ -549,4 +550,48 @@ pub async fn each_client_spraying_three_instances_gets_one_global_quota(redis: &
         "an API key in a Redis key: {shown:?}"
     );
     fleet.shutdown().await;
+}
+
+/// `getBlockByHeight` at `height` on instance `i`.
+pub async fn block(fleet: &Fleet, i: usize, height: u64) -> Reply {
+    fleet
+        .p(
+            i,
+            "platform.getBlockByHeight",
+            &format!(r#"{{"height":{height}}}"#),
+        )
+        .await
+}
+
+/// Reads on instance `i` until `stop` (at most 5,000): new blocks (a shared read and write each)
+/// and a repeated one (a memory hit), counted in `reads`; the reads that failed or took over 2 s.
+pub async fn reads_until_stopped(
+    fleet: &Fleet,
+    i: usize,
+    stop: &AtomicBool,
+    reads: &AtomicU64,
+) -> Vec<String> {
+    let mut failed = Vec::new();
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) && n < 5_000 {
+        // Heights 300..=899 exist (the chain holds 0..=1000); past 300 new ones, they repeat.
+        let h = if n % 2 == 0 {
+            300 + (i as u64 * 300 + n / 2) % 600
+        } else {
+            100
+        };
+        let t = Instant::now();
+        let r = block(fleet, i, h).await;
+        let took = t.elapsed();
+        if !is_result(&r) {
+            failed.push(format!("{} {}", r.status, r.body));
+        } else if took > Duration::from_secs(2) {
+            // A bound, far above `[redis] timeout`: a read that waited on a dead Redis.
+            failed.push(format!("height {h} took {took:?}"));
+        }
+        n += 1;
+        reads.fetch_add(1, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    failed
 }

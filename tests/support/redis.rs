@@ -343,6 +343,11 @@ impl RedisCluster {
         &self.masters
     }
 
+    /// SIGKILLs master `i` (a third of the slots lose their owner; no replica takes over).
+    pub fn kill_master(&mut self, i: usize) {
+        self.masters[i].kill();
+    }
+
     /// Sends one command about one key to the master that owns it, following `MOVED`.
     pub fn command(&self, args: &[&[u8]]) -> Resp {
         let mut endpoint = self.masters[0].endpoint.clone();
