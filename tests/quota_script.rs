@@ -281,13 +281,13 @@ fn tat(redis: &RedisServer, key: &str) -> u64 {
 #[tokio::test]
 async fn an_idle_lease_goes_back_to_redis() {
     let redis = RedisServer::start();
-    // 100 cost units/s = 1000 units/s (1 ms per unit), burst 1000: for a fleet of two, leases of
-    // a tenth of a second, 100 units.
+    // 100 cost units/s = 1000 units/s (1 ms per unit), burst 1000 cost units: for a fleet of two,
+    // leases of half a second (under a quarter of the burst), 500 units.
     let cfg = config(100, 1_000, 2, OnRedisDown::Local);
     let (a, metrics_a) = instance(&redis, &cfg).await;
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     a.spawn_pruner(stop_rx);
-    // One call on A: A now holds a lease of 100 units besides the call's 10.
+    // One call on A: A now holds a lease of 500 units besides the call's 10.
     decide(&a, &ip("2001:db8:1:2::"), 10).await.unwrap();
     // Another instance takes all the rest (the TAT is then seconds ahead and stays put).
     let key = "snowgate:q:ip:2001:db8:1:2::";
@@ -309,8 +309,8 @@ async fn an_idle_lease_goes_back_to_redis() {
         );
     }
     let _ = stop.send(true);
-    // The TAT moved back by exactly the 100 units (100 ms) A held.
-    assert_eq!(before - tat(&redis, key), 100_000);
+    // The TAT moved back by exactly the 500 units (500 ms) A held.
+    assert_eq!(before - tat(&redis, key), 500_000);
 }
 
 async fn a_shared(redis: &RedisServer) -> Arc<Shared> {
@@ -565,7 +565,7 @@ async fn an_instance_that_stops_gives_its_leases_back() {
     let (a, metrics_a) = instance(&redis, &cfg).await;
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     a.spawn_pruner(stop_rx);
-    // A holds a lease of 100 units; another instance takes the rest.
+    // A holds a lease of 500 units; another instance takes the rest.
     decide(&a, &ip("192.0.2.30"), 10).await.unwrap();
     let key = "snowgate:q:ip:192.0.2.30";
     let q = GlobalQuota::new(100, 1_000, 2);
@@ -590,7 +590,7 @@ async fn an_instance_that_stops_gives_its_leases_back() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(before - tat(&redis, key), 100_000);
+    assert_eq!(before - tat(&redis, key), 500_000);
 }
 
 #[tokio::test]
