@@ -21,6 +21,9 @@ pub struct RedisConfig {
     /// The most one request ever waits on Redis (one command's round trip).
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
+    /// PEM file of the CA that signed Redis's certificate (`rediss://` with a private CA); without
+    /// it the web's public roots are trusted.
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl Default for RedisConfig {
@@ -30,6 +33,7 @@ impl Default for RedisConfig {
             cluster: Vec::new(),
             key_prefix: "snowgate:".to_string(),
             timeout: Duration::from_millis(25),
+            ca_file: None,
         }
     }
 }
@@ -44,6 +48,7 @@ impl std::fmt::Debug for RedisConfig {
             )
             .field("key_prefix", &self.key_prefix)
             .field("timeout", &self.timeout)
+            .field("ca_file", &self.ca_file)
             .finish()
     }
 }
@@ -98,6 +103,9 @@ impl RedisConfig {
                 "redis.key_prefix",
                 "must be at most 64 printable ASCII characters without spaces",
             );
+        }
+        if self.ca_file.is_some() && !self.urls().iter().all(|u| u.starts_with("rediss://")) {
+            return invalid("redis.ca_file", "only used with rediss:// URLs");
         }
         if self.timeout < Duration::from_millis(1) || self.timeout > Duration::from_secs(5) {
             return invalid("redis.timeout", "must be between 1ms and 5s");

@@ -150,6 +150,8 @@ pub struct Shared {
     breaker: Breaker,
     /// What the logs call this Redis (the URLs without credentials).
     shown: String,
+    /// The last reason logged for Redis being unusable (each reason is logged once).
+    last_error: parking_lot::Mutex<Option<String>>,
     metrics: SharedMetrics,
 }
 
@@ -164,12 +166,28 @@ impl Shared {
             .map(|u| redact(u))
             .collect::<Vec<_>>()
             .join(", ");
+        // rustls needs one process-wide crypto provider; another part of the process may have
+        // installed it already.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let certs = match &config.ca_file {
+            Some(path) => Some(redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(
+                    std::fs::read(path)
+                        .map_err(|e| format!("`redis.ca_file` ({}): {e}", path.display()))?,
+                ),
+            }),
+            None => None,
+        };
         // Connecting may take longer than one command may wait: it happens off the request path.
         let connect_timeout = (timeout * 40).max(Duration::from_secs(1));
         let link = match &config.url {
             Some(url) => {
-                let client = redis::Client::open(url.as_str())
-                    .map_err(|e| format!("`redis.url` ({}): {e}", redact(url)))?;
+                let client = match certs {
+                    Some(certs) => redis::Client::build_with_tls(url.as_str(), certs),
+                    None => redis::Client::open(url.as_str()),
+                }
+                .map_err(|e| format!("`redis.url` ({}): {e}", redact(url)))?;
                 let manager = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(connect_timeout))
                     .set_response_timeout(None)
@@ -181,7 +199,11 @@ impl Shared {
                 Link::Single(manager)
             }
             None => {
-                let client = ClusterClient::builder(config.cluster.iter().map(String::as_str))
+                let mut builder = ClusterClient::builder(config.cluster.iter().map(String::as_str));
+                if let Some(certs) = certs {
+                    builder = builder.certs(certs);
+                }
+                let client = builder
                     .connection_timeout(connect_timeout)
                     .response_timeout(connect_timeout)
                     .retries(1)
@@ -202,6 +224,7 @@ impl Shared {
             network: OnceLock::new(),
             breaker: Breaker::new(State::Open),
             shown,
+            last_error: parking_lot::Mutex::new(None),
             metrics,
         }))
     }
@@ -310,36 +333,44 @@ impl Shared {
     }
 
     /// One probe of Redis: connects if needed (a cluster's first connection), then `PING`, both
-    /// within a probe's time (the connect timeout for a first connection, else `[redis] timeout`).
-    async fn probe(&self) -> bool {
+    /// within a probe's time (the connect timeout while Redis is down, else `[redis] timeout`).
+    async fn probe(&self) -> Result<(), String> {
+        let connect_wait = (self.timeout * 40).max(Duration::from_secs(1));
         if let Link::Cluster { client, conn } = &self.link {
             if conn.get().is_none() {
-                let wait = (self.timeout * 40).max(Duration::from_secs(1));
-                match tokio::time::timeout(wait, client.get_async_connection()).await {
+                match tokio::time::timeout(connect_wait, client.get_async_connection()).await {
                     Ok(Ok(c)) => {
                         let _ = conn.set(c);
                     }
-                    Ok(Err(e)) => {
-                        tracing::debug!(error = %e, "redis cluster connection failed");
-                        return false;
-                    }
-                    Err(_) => return false,
+                    Ok(Err(e)) => return Err(e.to_string()),
+                    Err(_) => return Err("connect timed out".into()),
                 }
             }
         }
-        let Some(mut conn) = self.any_conn() else {
-            return false;
-        };
-        // The first command on a lazy connection also connects: give it the connect timeout.
-        let first = matches!(self.metrics.up.get(), 0);
-        let wait = if first {
-            (self.timeout * 40).max(Duration::from_secs(1))
-        } else {
+        let mut conn = self.any_conn().ok_or("not connected")?;
+        // While down, the command may also have to (re)connect: give it the connect timeout.
+        let wait = if self.breaker.closed() {
             self.timeout
+        } else {
+            connect_wait
         };
         let ping = redis::cmd("PING");
         let ping = ping.query_async::<String>(&mut conn);
-        matches!(tokio::time::timeout(wait, ping).await, Ok(Ok(_)))
+        match tokio::time::timeout(wait, ping).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer within {wait:?}")),
+        }
+    }
+
+    /// Logs why Redis cannot be used, once per distinct reason (the watcher probes every few
+    /// seconds while it is down).
+    fn report(&self, why: &str) {
+        let mut last = self.last_error.lock();
+        if last.as_deref() != Some(why) {
+            tracing::warn!(redis = %self.shown, error = %why, "shared tier: Redis unavailable, answering without it");
+            *last = Some(why.to_string());
+        }
     }
 
     /// Starts the watcher: while Redis is up it pings it every second (a Redis that died unused
@@ -368,7 +399,7 @@ impl Shared {
     /// is up is used from the first request).
     pub async fn check(&self) {
         if self.breaker.closed() {
-            if !self.probe().await {
+            if let Err(why) = self.probe().await {
                 self.metrics
                     .errors
                     .with_label_values(&["ping", "error"])
@@ -376,19 +407,25 @@ impl Shared {
                 if self.breaker.open() {
                     self.opened("ping failed");
                 }
+                self.report(&why);
             }
             return;
         }
         self.breaker.probing();
         self.metrics.breaker.set(State::HalfOpen as i64);
-        if self.probe().await {
-            self.breaker.probe_succeeded();
-            self.metrics.up.set(1);
-            self.metrics.breaker.set(State::Closed as i64);
-            tracing::info!(redis = %self.shown, "shared tier up: using Redis");
-        } else {
-            self.breaker.probe_failed();
-            self.metrics.breaker.set(State::Open as i64);
+        match self.probe().await {
+            Ok(()) => {
+                self.breaker.probe_succeeded();
+                self.metrics.up.set(1);
+                self.metrics.breaker.set(State::Closed as i64);
+                *self.last_error.lock() = None;
+                tracing::info!(redis = %self.shown, "shared tier up: using Redis");
+            }
+            Err(why) => {
+                self.breaker.probe_failed();
+                self.metrics.breaker.set(State::Open as i64);
+                self.report(&why);
+            }
         }
     }
 }

@@ -3,6 +3,8 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod binary;
+pub mod fleet;
+pub mod redis;
 
 use std::time::Duration;
 
