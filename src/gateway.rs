@@ -189,10 +189,25 @@ pub async fn assemble(
         });
         AnswerCache::new(&config.cache, best, tier, &metrics, registry.len())
     });
-    let limiter = config
-        .rate_limit
-        .enabled
-        .then(|| Limiter::new(&config.rate_limit, &metrics));
+    // The shared tier (h-quota builds it here until the lead's wiring lands; the lead's version
+    // replaces this block): checked once so that a Redis that is up is used from the first call.
+    let shared = match &config.redis {
+        Some(redis) => {
+            let shared = Shared::new(redis, &metrics).map_err(|e| anyhow::anyhow!(e))?;
+            shared.check().await;
+            if let Some(stop) = &background {
+                shared.spawn_watcher(stop.clone());
+            }
+            Some(shared)
+        }
+        None => None,
+    };
+    let limiter = config.rate_limit.enabled.then(|| match &shared {
+        Some(s) if config.global_quotas() => {
+            Limiter::new_global(&config.rate_limit, &registry, &metrics, s.clone())
+        }
+        _ => Limiter::new(&config.rate_limit, &metrics),
+    });
     if let Some(stop) = background {
         pool.spawn_health_checks(stop.clone());
         if let Some(shared) = &shared {

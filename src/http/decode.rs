@@ -280,16 +280,12 @@ where
         Outcome::error(&e, None)
     }
 
-    /// Charges a refused call's `refused_cost` to the caller's quota (admins excepted); over
-    /// quota, the 429 to answer instead.
+    /// Charges a refused call's `refused_cost` to the caller's quota (admins excepted), never
+    /// waiting on Redis; over quota, the 429 to answer instead (or the 503 of global quotas
+    /// without Redis under `on_redis_down = "deny"`).
     fn charge_refused(&self, caller: &Caller, id: Option<&[u8]>) -> Option<Outcome> {
         let limiter = self.shared.limiter.as_ref().filter(|_| !caller.admin)?;
-        let over = limiter
-            .charge(&caller.client, limiter.refused_units())
-            .err()?;
-        let e = ProxyError::RateLimited {
-            retry_after_secs: over.retry_after.as_secs_f64().ceil().max(1.0) as u64,
-        };
+        let e = limiter.charge_refused(&caller.client).err()?;
         self.count(None, e.outcome());
         Some(Outcome::error(&e, id))
     }

@@ -14,10 +14,16 @@
 //!   is forgotten (pruned every few seconds); past `max_clients` tracked addresses, new ones share
 //!   one overflow quota instead of growing the table.
 //!
+//! * With `[redis]` and `[rate_limit] scope = "global"`, each client has one quota across the
+//!   fleet, held in Redis ([`global`]); the buckets here then hold this instance's share
+//!   (`rate / expected_instances`), used only while Redis cannot decide and `on_redis_down =
+//!   "local"`, and for refused calls that find no lease.
+//!
 //! [`RateLimitLayer`] sits under the policy layer (refused calls cost nothing) and over the cache
 //! (hits are counted, at their own price).
 
 pub mod client;
+pub mod global;
 
 use std::future::Future;
 use std::net::IpAddr;
@@ -40,20 +46,31 @@ use tower::{Layer, Service};
 
 use crate::call::{Answer, RpcCall};
 use crate::call::{ClientId, HitProbe};
+use crate::config::OnRedisDown;
 use crate::error::ProxyError;
 use crate::keys::{self, KeySet};
+use crate::methods::Registry;
 use crate::metrics::Metrics;
+use crate::shared::Shared;
 pub use client::ClientIpHeader;
 // The section lives with the rest of the config; tests and benches still name it here.
 pub use crate::config::{KeyQuota, RateLimitConfig};
+use global::{Global, Step, Verdict};
 
 /// Quota units are tenths of a cost unit.
 const SCALE: f64 = 10.0;
 
-fn quota(rps: u32, burst: u32) -> Quota {
-    let scaled =
-        |v: u32| NonZeroU32::new(v.saturating_mul(SCALE as u32).max(1)).unwrap_or(NonZeroU32::MIN);
-    Quota::per_second(scaled(rps)).allow_burst(scaled(burst))
+/// The local quota of `rps` cost units per second and `burst` at once, divided by `share` (1: the
+/// whole quota; `expected_instances`: an instance's share of a global one), its burst never below
+/// `floor` cost units (the dearest method must stay affordable).
+fn quota(rps: u32, burst: u32, share: u32, floor: u32) -> Quota {
+    let units = |v: u32| u64::from(v) * SCALE as u64;
+    let share = u64::from(share.max(1));
+    let tenths = |v: u64| {
+        NonZeroU32::new(u32::try_from(v).unwrap_or(u32::MAX).max(1)).unwrap_or(NonZeroU32::MIN)
+    };
+    let burst = (units(burst) / share).max(units(floor));
+    Quota::per_second(tenths(units(rps) / share)).allow_burst(tenths(burst))
 }
 
 type Direct = RateLimiter<
@@ -88,6 +105,11 @@ pub struct Limiter {
     clock: MonotonicClock,
     limited: IntCounterVec,
     clients: IntGauge,
+    /// Global quotas, when the fleet shares them through Redis.
+    global: Option<Arc<Global>>,
+    on_redis_down: OnRedisDown,
+    /// Calls decided without Redis (global quotas only).
+    fallback: Option<IntCounterVec>,
 }
 
 /// Why a call is refused: wait this long.
@@ -96,8 +118,48 @@ pub struct OverQuota {
     pub retry_after: Duration,
 }
 
+impl OverQuota {
+    /// The answer: 429 with `Retry-After` in whole seconds, at least 1.
+    pub fn error(&self) -> ProxyError {
+        ProxyError::RateLimited {
+            retry_after_secs: self.retry_after.as_secs_f64().ceil().max(1.0) as u64,
+        }
+    }
+}
+
+/// What the limiter says about a call.
+pub enum Admission {
+    /// Decided now.
+    Decided(Result<(), ProxyError>),
+    /// Redis decides (global quotas, the client's lease ran out): wait at most `[redis] timeout`.
+    Pending(Pin<Box<dyn Future<Output = Result<(), ProxyError>> + Send>>),
+}
+
 impl Limiter {
+    /// Quotas kept by this instance alone.
     pub fn new(config: &RateLimitConfig, metrics: &Metrics) -> Arc<Limiter> {
+        Limiter::build(config, metrics, None, 0)
+    }
+
+    /// Global quotas held in `shared`'s Redis; the local buckets hold this instance's share
+    /// (`rate / expected_instances`, the burst never below the dearest method in `registry`).
+    pub fn new_global(
+        config: &RateLimitConfig,
+        registry: &Registry,
+        metrics: &Metrics,
+        shared: Arc<Shared>,
+    ) -> Arc<Limiter> {
+        let floor = registry.all().iter().map(|m| m.cost).max().unwrap_or(1);
+        let global = Arc::new(Global::new(config, shared, metrics));
+        Limiter::build(config, metrics, Some(global), floor)
+    }
+
+    fn build(
+        config: &RateLimitConfig,
+        metrics: &Metrics,
+        global: Option<Arc<Global>>,
+        floor: u32,
+    ) -> Arc<Limiter> {
         let limited = IntCounterVec::new(
             Opts::new(
                 "snowgate_rate_limited_total",
@@ -113,7 +175,25 @@ impl Limiter {
         .expect("static metric definition is valid");
         let _ = metrics.registry().register(Box::new(limited.clone()));
         let _ = metrics.registry().register(Box::new(clients.clone()));
-        let q = quota(config.requests_per_second, config.burst);
+        let fallback = global.as_ref().map(|_| {
+            let fallback = IntCounterVec::new(
+                Opts::new(
+                    "snowgate_rate_limit_fallback_total",
+                    "Calls decided without Redis under global quotas (Redis down, slow or failing), by decision",
+                ),
+                &["decision"],
+            )
+            .expect("static metric definition is valid");
+            let _ = metrics.registry().register(Box::new(fallback.clone()));
+            fallback
+        });
+        // Global quotas keep this instance's share here; local ones the whole quota.
+        let share = if global.is_some() {
+            config.expected_instances.max(1)
+        } else {
+            1
+        };
+        let q = quota(config.requests_per_second, config.burst, share, floor);
         let refill = Duration::from_secs_f64(
             f64::from(config.burst) / f64::from(config.requests_per_second.max(1)),
         ) + Duration::from_millis(100);
@@ -127,6 +207,8 @@ impl Limiter {
                 quota(
                     config.requests_per_second.saturating_mul(4),
                     config.burst.saturating_mul(4),
+                    share,
+                    floor,
                 ),
                 MonotonicClock,
             ),
@@ -136,7 +218,7 @@ impl Limiter {
                 .iter()
                 .map(|k| {
                     RateLimiter::direct_with_clock(
-                        quota(k.requests_per_second, k.burst),
+                        quota(k.requests_per_second, k.burst, share, floor),
                         MonotonicClock,
                     )
                 })
@@ -149,7 +231,15 @@ impl Limiter {
             clock: MonotonicClock,
             limited,
             clients,
+            global,
+            on_redis_down: config.on_redis_down,
+            fallback,
         })
+    }
+
+    /// Whether quotas are global (held in Redis).
+    pub fn is_global(&self) -> bool {
+        self.global.is_some()
     }
 
     /// Works out who a request comes from.
@@ -189,7 +279,8 @@ impl Limiter {
         self.units(self.refused_cost, false)
     }
 
-    /// Charges `units` to `client`.
+    /// Charges `units` to `client`'s bucket here: its whole quota with local quotas, this
+    /// instance's share with global ones (see [`Limiter::admit`] for the decision a call gets).
     pub fn charge(&self, client: &ClientId, units: u32) -> Result<(), OverQuota> {
         let Some(n) = NonZeroU32::new(units) else {
             return Ok(());
@@ -201,10 +292,7 @@ impl Limiter {
             },
             ClientId::Ip(ip) => self.charge_ip(*ip, n),
         };
-        let kind = match client {
-            ClientId::Key(_) => "key",
-            ClientId::Ip(_) => "ip",
-        };
+        let kind = kind(client);
         match outcome {
             Ok(Ok(())) => Ok(()),
             Ok(Err(not_until)) => {
@@ -219,6 +307,73 @@ impl Limiter {
                 Err(OverQuota {
                     retry_after: Duration::from_secs(1),
                 })
+            }
+        }
+    }
+
+    /// Decides a call costing `units` for `client`: local quotas decide now; global ones from
+    /// this instance's lease, else by Redis (pending at most `[redis] timeout`), else by
+    /// `on_redis_down`.
+    pub fn admit(self: &Arc<Self>, client: &ClientId, units: u32) -> Admission {
+        let Some(global) = &self.global else {
+            return Admission::Decided(self.charge(client, units).map_err(|o| o.error()));
+        };
+        match global.admit(client, units, true) {
+            Step::Now(verdict) => Admission::Decided(self.settle(client, units, verdict)),
+            Step::Wait(decision) => {
+                let (this, client) = (Arc::clone(self), client.clone());
+                Admission::Pending(Box::pin(async move {
+                    let verdict = decision.await;
+                    this.settle(&client, units, verdict)
+                }))
+            }
+        }
+    }
+
+    /// Charges a call snowgate refused itself ([`Limiter::refused_units`]) without waiting: from
+    /// the lease if there is one, else at this instance's share, debited to Redis in the
+    /// background (so that refused calls are never free, and never wait on Redis).
+    pub fn charge_refused(self: &Arc<Self>, client: &ClientId) -> Result<(), ProxyError> {
+        let units = self.refused_units();
+        match &self.global {
+            None => self.charge(client, units).map_err(|o| o.error()),
+            Some(global) => match global.admit(client, units, false) {
+                Step::Now(verdict) => self.settle(client, units, verdict),
+                // Not asked for; the verdict without Redis is the safe one.
+                Step::Wait(_) => self.settle(client, units, Verdict::Down),
+            },
+        }
+    }
+
+    /// Turns a global verdict into the call's answer.
+    fn settle(&self, client: &ClientId, units: u32, verdict: Verdict) -> Result<(), ProxyError> {
+        match verdict {
+            Verdict::Allowed => Ok(()),
+            Verdict::Over(wait) => {
+                self.limited.with_label_values(&[kind(client)]).inc();
+                Err(OverQuota { retry_after: wait }.error())
+            }
+            Verdict::Share => {
+                self.charge(client, units).map_err(|o| o.error())?;
+                if let Some(global) = &self.global {
+                    global.debit(client, units);
+                }
+                Ok(())
+            }
+            Verdict::Down => {
+                let decision = match self.on_redis_down {
+                    OnRedisDown::Local => self.charge(client, units).map_err(|o| o.error()),
+                    OnRedisDown::Deny => Err(ProxyError::QuotaUnavailable),
+                };
+                if let Some(fallback) = &self.fallback {
+                    let label = if decision.is_ok() {
+                        "allowed"
+                    } else {
+                        "denied"
+                    };
+                    fallback.with_label_values(&[label]).inc();
+                }
+                decision
             }
         }
     }
@@ -261,16 +416,23 @@ impl Limiter {
             now.saturating_sub(t.last_ms.load(std::sync::atomic::Ordering::Relaxed)) < refill
         });
         self.per_ip.shrink_to_fit();
-        self.clients.set(self.per_ip.len() as i64);
+        if let Some(global) = &self.global {
+            global.prune();
+        }
+        self.clients.set(self.tracked() as i64);
     }
 
-    /// Client addresses tracked now.
+    /// Client addresses tracked now (with global quotas, those with a lease too).
     pub fn tracked(&self) -> usize {
-        self.per_ip.len()
+        self.per_ip.len() + self.global.as_ref().map_or(0, |g| g.tracked())
     }
 
-    /// Prunes every few seconds until `stop` flips.
+    /// Prunes every few seconds until `stop` flips; with global quotas, also gives idle leases
+    /// back to Redis.
     pub fn spawn_pruner(self: &Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        if let Some(global) = &self.global {
+            global.spawn_sweeper(stop.clone());
+        }
         let this = Arc::clone(self);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(5));
@@ -281,6 +443,14 @@ impl Limiter {
                 }
             }
         });
+    }
+}
+
+/// The metric label of a client's kind.
+fn kind(client: &ClientId) -> &'static str {
+    match client {
+        ClientId::Key(_) => "key",
+        ClientId::Ip(_) => "ip",
     }
 }
 
@@ -318,7 +488,7 @@ pub struct RateLimit<S> {
 
 impl<S> Service<RpcCall> for RateLimit<S>
 where
-    S: Service<RpcCall, Response = Answer, Error = ProxyError>,
+    S: Service<RpcCall, Response = Answer, Error = ProxyError> + Clone + Send + 'static,
     S::Future: Send + 'static,
 {
     type Response = Answer;
@@ -336,10 +506,18 @@ where
         if !call.caller.admin {
             let hit = self.cache.as_ref().is_some_and(|c| c.would_hit(&call));
             let units = self.limiter.units(call.spec.cost, hit);
-            if let Err(over) = self.limiter.charge(&call.caller.client, units) {
-                return Either::Left(std::future::ready(Err(ProxyError::RateLimited {
-                    retry_after_secs: over.retry_after.as_secs_f64().ceil().max(1.0) as u64,
-                })));
+            match self.limiter.admit(&call.caller.client, units) {
+                Admission::Decided(Ok(())) => {}
+                Admission::Decided(Err(e)) => return Either::Left(std::future::ready(Err(e))),
+                Admission::Pending(decision) => {
+                    // Redis decides first: the future takes the instance that was polled ready.
+                    let clone = self.inner.clone();
+                    let mut inner = std::mem::replace(&mut self.inner, clone);
+                    return Either::Right(Box::pin(async move {
+                        decision.await?;
+                        inner.call(call).await
+                    }));
+                }
             }
         }
         Either::Right(Box::pin(self.inner.call(call)))

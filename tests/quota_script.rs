@@ -1,0 +1,405 @@
+//! Global quotas against a real `redis-server`: the GCRA script (`src/ratelimit/gcra.lua`) through
+//! the same call the limiter makes, and the leases of two limiters ("instances") sharing one
+//! Redis. The HTTP tests across gateway instances are `tests/fleet.rs`.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::Script;
+use snowgate::call::ClientId;
+use snowgate::config::{KeyQuota, OnRedisDown, RateLimitConfig, RedisConfig};
+use snowgate::error::ProxyError;
+use snowgate::methods::Registry;
+use snowgate::metrics::Metrics;
+use snowgate::ratelimit::global::{self, Answer, Ask, GlobalQuota};
+use snowgate::ratelimit::{Admission, Limiter};
+use snowgate::shared::Shared;
+use support::fleet::metric;
+use support::redis::{RedisServer, Resp};
+
+/// Generous: these tests are about decisions, not about `[redis] timeout` (the fleet tests are).
+const TIMEOUT: Duration = Duration::from_millis(500);
+
+async fn connect(redis: &RedisServer, metrics: &Metrics) -> Arc<Shared> {
+    let config = RedisConfig {
+        url: Some(redis.url()),
+        timeout: TIMEOUT,
+        ..Default::default()
+    };
+    let shared = Shared::new(&config, metrics).unwrap();
+    shared.check().await;
+    assert!(
+        shared.available(),
+        "redis at {} did not answer",
+        redis.url()
+    );
+    shared
+}
+
+fn take(want: u64, least: u64) -> Ask {
+    Ask {
+        give: 0,
+        want,
+        least,
+    }
+}
+
+/// The script's answer for `key`, as the limiter asks it.
+async fn ask(shared: &Shared, key: &str, quota: &GlobalQuota, ask: Ask) -> Answer {
+    let script = Script::new(global::SCRIPT);
+    global::run(shared, &script, key, quota, ask).await.unwrap()
+}
+
+#[tokio::test]
+async fn the_script_grants_at_most_the_burst_then_the_rate() {
+    let redis = RedisServer::start();
+    let shared = connect(&redis, &Metrics::new()).await;
+    // 100 cost units/s = 1000 units/s (1 ms per unit), a burst of 10 cost units = 100 units.
+    let q = GlobalQuota::new(100, 10, 1);
+    let first = ask(&shared, "t:a", &q, take(1_000, 1)).await;
+    assert_eq!(first.granted, 100, "a new client gets the burst, no more");
+    let start = Instant::now();
+    let mut granted = 0;
+    // For 300 ms, ask for 5 units at a time: the rate (about 300 units) and no more.
+    while start.elapsed() < Duration::from_millis(300) {
+        granted += ask(&shared, "t:a", &q, take(5, 5)).await.granted;
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let elapsed_units = start.elapsed().as_millis() as u64;
+    assert!(
+        granted <= elapsed_units + 5,
+        "{granted} units in {elapsed_units} ms"
+    );
+    assert!(
+        granted + 20 >= elapsed_units.min(300),
+        "the rate was withheld: {granted} units in {elapsed_units} ms"
+    );
+}
+
+#[tokio::test]
+async fn retry_after_matches_the_wait() {
+    let redis = RedisServer::start();
+    let shared = connect(&redis, &Metrics::new()).await;
+    // 10 cost units/s = 100 units/s: 10 ms per unit; burst 5 cost units = 50 units.
+    let q = GlobalQuota::new(10, 5, 1);
+    assert_eq!(ask(&shared, "t:w", &q, take(50, 50)).await.granted, 50);
+    let asked = Instant::now();
+    let refused = ask(&shared, "t:w", &q, take(20, 20)).await;
+    assert_eq!(refused.granted, 0);
+    // 20 units at 10 ms each, less what passed since the burst was taken (a few ms at most).
+    let wait = Duration::from_micros(refused.wait_us);
+    assert!(
+        wait <= Duration::from_millis(200) && wait >= Duration::from_millis(150),
+        "{wait:?}"
+    );
+    // Just before the wait is over: still refused; once it is: granted.
+    tokio::time::sleep_until((asked + wait.mul_f64(0.7)).into()).await;
+    assert_eq!(ask(&shared, "t:w", &q, take(20, 20)).await.granted, 0);
+    tokio::time::sleep_until((asked + wait).into()).await;
+    assert_eq!(ask(&shared, "t:w", &q, take(20, 20)).await.granted, 20);
+}
+
+#[tokio::test]
+async fn returned_units_come_back_and_never_give_more_than_the_burst() {
+    let redis = RedisServer::start();
+    let shared = connect(&redis, &Metrics::new()).await;
+    // 1 cost unit/s = 10 units/s: nothing comes back by time within this test.
+    let q = GlobalQuota::new(1, 10, 1);
+    assert_eq!(ask(&shared, "t:r", &q, take(100, 1)).await.granted, 100);
+    assert_eq!(ask(&shared, "t:r", &q, take(10, 1)).await.granted, 0);
+    let give = |units| Ask {
+        give: units,
+        want: 0,
+        least: 0,
+    };
+    let back = ask(&shared, "t:r", &q, give(30)).await;
+    assert_eq!((back.granted, back.wait_us), (0, 0));
+    assert_eq!(ask(&shared, "t:r", &q, take(100, 1)).await.granted, 30);
+    // Giving back far more than was taken only restores the burst.
+    ask(&shared, "t:r", &q, give(10_000)).await;
+    assert_eq!(ask(&shared, "t:r", &q, take(1_000, 1)).await.granted, 100);
+    // A return and a take in one call.
+    let both = Ask {
+        give: 40,
+        want: 60,
+        least: 60,
+    };
+    assert_eq!(
+        ask(&shared, "t:r", &q, both).await.granted,
+        0,
+        "only 40 back"
+    );
+    let both = Ask {
+        want: 40,
+        least: 40,
+        ..both
+    };
+    assert_eq!(ask(&shared, "t:r", &q, both).await.granted, 40);
+}
+
+#[tokio::test]
+async fn two_keys_are_independent() {
+    let redis = RedisServer::start();
+    let shared = connect(&redis, &Metrics::new()).await;
+    let q = GlobalQuota::new(1, 10, 1);
+    assert_eq!(ask(&shared, "t:one", &q, take(100, 100)).await.granted, 100);
+    assert_eq!(ask(&shared, "t:one", &q, take(10, 10)).await.granted, 0);
+    assert_eq!(ask(&shared, "t:two", &q, take(100, 100)).await.granted, 100);
+}
+
+#[tokio::test]
+async fn the_key_expires_once_the_client_is_idle() {
+    let redis = RedisServer::start();
+    let shared = connect(&redis, &Metrics::new()).await;
+    // 100 units/s: 30 units put the TAT 300 ms ahead.
+    let q = GlobalQuota::new(10, 10, 1);
+    assert_eq!(ask(&shared, "t:ttl", &q, take(30, 30)).await.granted, 30);
+    let Resp::Int(pttl) = redis.command(&[b"PTTL", b"t:ttl"]) else {
+        panic!("PTTL did not answer an integer");
+    };
+    assert!((250..=302).contains(&pttl), "PTTL {pttl} ms");
+    let start = Instant::now();
+    while redis.command(&[b"EXISTS", b"t:ttl"]) != Resp::Int(0) {
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "the key outlived its TAT"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Once gone, the client is new: a full burst.
+    assert_eq!(ask(&shared, "t:ttl", &q, take(1_000, 1)).await.granted, 100);
+}
+
+fn config(rps: u32, burst: u32, instances: u32, on_down: OnRedisDown) -> RateLimitConfig {
+    RateLimitConfig {
+        requests_per_second: rps,
+        burst,
+        expected_instances: instances,
+        on_redis_down: on_down,
+        cached_cost_factor: 1.0,
+        keys: vec![KeyQuota {
+            key: "rate-limit-key-0123456789abcdef".into(),
+            requests_per_second: rps,
+            burst,
+        }],
+        ..Default::default()
+    }
+}
+
+/// A limiter with global quotas, as a gateway builds it, and its metrics.
+async fn instance(redis: &RedisServer, config: &RateLimitConfig) -> (Arc<Limiter>, Metrics) {
+    let metrics = Metrics::new();
+    let shared = connect(redis, &metrics).await;
+    let limiter = Limiter::new_global(config, &Registry::builtin(), &metrics, shared);
+    (limiter, metrics)
+}
+
+async fn decide(limiter: &Arc<Limiter>, client: &ClientId, units: u32) -> Result<(), ProxyError> {
+    match limiter.admit(client, units) {
+        Admission::Decided(d) => d,
+        Admission::Pending(d) => d.await,
+    }
+}
+
+fn ip(text: &str) -> ClientId {
+    ClientId::Ip(text.parse::<IpAddr>().unwrap())
+}
+
+fn render(metrics: &Metrics) -> String {
+    String::from_utf8(metrics.render()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_sharing_one_redis_allow_the_global_quota() {
+    let redis = RedisServer::start();
+    // 200 calls of cost 1 per second, a burst of 20, for a fleet of two.
+    let cfg = config(200, 20, 2, OnRedisDown::Local);
+    let (a, metrics_a) = instance(&redis, &cfg).await;
+    let (b, _) = instance(&redis, &cfg).await;
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    a.spawn_pruner(stop_rx.clone());
+    b.spawn_pruner(stop_rx);
+    let client = ip("192.0.2.7");
+    let units = a.units(1, false);
+    // Offer about 1200 calls/s (six times the quota), alternating instances, for 3 s.
+    let start = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(5));
+    let (mut allowed, mut refused, mut rounds) = (0u32, 0u32, 0u32);
+    while start.elapsed() < Duration::from_secs(3) && rounds < 1_000 {
+        tick.tick().await;
+        rounds += 1;
+        for limiter in [&a, &b, &a, &b, &a, &b] {
+            match decide(limiter, &client, units).await {
+                Ok(()) => allowed += 1,
+                Err(ProxyError::RateLimited { .. }) => refused += 1,
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let _ = stop.send(true);
+    let quota = 200.0 * elapsed + 20.0;
+    let off = (f64::from(allowed) - quota) / quota;
+    assert!(
+        off.abs() <= 0.10,
+        "allowed {allowed} calls (refused {refused}) in {elapsed:.2} s; the global quota is \
+         {quota:.0} ({:+.1} %)",
+        off * 100.0
+    );
+    let text = render(&metrics_a);
+    assert!(
+        metric(&text, "snowgate_quota_leases_total{result=\"granted\"}") > 0.0,
+        "{text}"
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "snowgate_rate_limit_fallback_total{decision=\"allowed\"}"
+        ),
+        0.0,
+        "Redis was up: nothing was decided without it"
+    );
+}
+
+/// The TAT the script stored for `key` (microseconds of Redis's clock).
+fn tat(redis: &RedisServer, key: &str) -> u64 {
+    match redis.command(&[b"GET", key.as_bytes()]) {
+        Resp::Bulk(Some(v)) => String::from_utf8(v).unwrap().parse().unwrap(),
+        other => panic!("GET {key}: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_idle_lease_goes_back_to_redis() {
+    let redis = RedisServer::start();
+    // 100 cost units/s = 1000 units/s (1 ms per unit), burst 1000: for a fleet of two, leases of
+    // a tenth of a second, 100 units.
+    let cfg = config(100, 1_000, 2, OnRedisDown::Local);
+    let (a, metrics_a) = instance(&redis, &cfg).await;
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    a.spawn_pruner(stop_rx);
+    // One call on A: A now holds a lease of 100 units besides the call's 10.
+    decide(&a, &ip("2001:db8:1:2::"), 10).await.unwrap();
+    // Another instance takes all the rest (the TAT is then seconds ahead and stays put).
+    let key = "snowgate:q:ip:2001:db8:1:2::";
+    let q = GlobalQuota::new(100, 1_000, 2);
+    let rest = ask(a_shared(&redis).await.as_ref(), key, &q, take(1_000_000, 1)).await;
+    assert!(rest.granted >= 9_000, "{rest:?}");
+    let before = tat(&redis, key);
+    // A goes idle: within a few seconds its lease is back in Redis.
+    let start = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let text = render(&metrics_a);
+        if metric(&text, "snowgate_quota_leases_total{result=\"returned\"}") >= 1.0 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "A never gave its lease back"
+        );
+    }
+    let _ = stop.send(true);
+    // The TAT moved back by exactly the 100 units (100 ms) A held.
+    assert_eq!(before - tat(&redis, key), 100_000);
+}
+
+async fn a_shared(redis: &RedisServer) -> Arc<Shared> {
+    connect(redis, &Metrics::new()).await
+}
+
+#[tokio::test]
+async fn a_rate_limit_key_is_kept_under_its_hash_never_itself() {
+    let redis = RedisServer::start();
+    let cfg = config(10, 10, 1, OnRedisDown::Local);
+    let (a, _) = instance(&redis, &cfg).await;
+    decide(&a, &ClientId::Key(0), 10).await.unwrap();
+    let keys = redis.keys("*");
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let key = String::from_utf8(keys[0].clone()).unwrap();
+    let hex = key.strip_prefix("snowgate:q:key:").unwrap();
+    assert_eq!(hex.len(), 32);
+    assert!(hex.bytes().all(|c| c.is_ascii_hexdigit()));
+    assert!(!key.contains("rate-limit-key"));
+}
+
+/// Kills `redis` and makes calls until the breaker has opened (at most a few failed calls).
+async fn kill_and_open(redis: &mut RedisServer, limiter: &Arc<Limiter>) {
+    redis.kill();
+    for i in 0..10 {
+        let _ = decide(limiter, &ip(&format!("198.51.100.{i}")), 10).await;
+    }
+}
+
+#[tokio::test]
+async fn redis_killed_local_fallback_allows_this_instances_share() {
+    let mut redis = RedisServer::start();
+    // A burst of 40 for a fleet of two: 20 here while Redis is away; 1 per second refills.
+    let cfg = config(1, 40, 2, OnRedisDown::Local);
+    let (a, metrics) = instance(&redis, &cfg).await;
+    kill_and_open(&mut redis, &a).await;
+    let before = metric(
+        &render(&metrics),
+        "snowgate_rate_limit_fallback_total{decision=\"allowed\"}",
+    );
+    assert!(before >= 10.0, "the killed Redis was not noticed");
+    let client = ip("192.0.2.9");
+    let mut allowed = 0;
+    for _ in 0..100 {
+        match decide(&a, &client, 10).await {
+            Ok(()) => allowed += 1,
+            Err(ProxyError::RateLimited { .. }) => {}
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert!((20..=21).contains(&allowed), "{allowed} allowed");
+    // Refused calls too are decided at the share, never waiting.
+    assert!(matches!(
+        a.charge_refused(&client),
+        Err(ProxyError::RateLimited { .. })
+    ));
+    let text = render(&metrics);
+    assert_eq!(
+        metric(
+            &text,
+            "snowgate_rate_limit_fallback_total{decision=\"allowed\"}"
+        ),
+        before + f64::from(allowed)
+    );
+    assert!(
+        metric(
+            &text,
+            "snowgate_rate_limit_fallback_total{decision=\"denied\"}"
+        ) >= f64::from(100 - allowed)
+    );
+}
+
+#[tokio::test]
+async fn redis_killed_deny_refuses_with_quota_unavailable() {
+    let mut redis = RedisServer::start();
+    let cfg = config(100, 100, 2, OnRedisDown::Deny);
+    let (a, metrics) = instance(&redis, &cfg).await;
+    redis.kill();
+    let client = ip("192.0.2.10");
+    for _ in 0..10 {
+        assert!(matches!(
+            decide(&a, &client, 10).await,
+            Err(ProxyError::QuotaUnavailable)
+        ));
+    }
+    assert!(matches!(
+        a.charge_refused(&client),
+        Err(ProxyError::QuotaUnavailable)
+    ));
+    assert_eq!(
+        metric(
+            &render(&metrics),
+            "snowgate_rate_limit_fallback_total{decision=\"denied\"}"
+        ),
+        11.0
+    );
+}
