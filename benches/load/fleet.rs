@@ -197,7 +197,8 @@ struct Accuracy {
     case: String,
     sprays: Vec<Spray>,
     node_calls: u64,
-    leases: f64,
+    /// Global quota leases granted, refused and returned by Redis, both instances together.
+    leases: [f64; 3],
 }
 
 /// Runs the fleet section; returns its markdown (a heading, the tables and notes).
@@ -267,7 +268,7 @@ pub fn run(b: &Bench, load: &Load, rounds: usize) -> Result<String, String> {
     let mix_file = b.dir.join("fleet-mix.txt");
     write_bodies(&mix_file, &mix)?;
     let env = [("SNOWGATE_BODIES", mix_file.display().to_string())];
-    let leases_before = leases(&b.metrics(&g_url));
+    let leases_before = leases(&b.metrics(&g_url))[0];
     let mut cpu: [Vec<Measured>; 2] = [Vec::new(), Vec::new()];
     for round in 0..rounds {
         // Alternate which goes first, so that a drift in the machine's load weighs on both.
@@ -298,7 +299,7 @@ pub fn run(b: &Bench, load: &Load, rounds: usize) -> Result<String, String> {
             cpu[i].push(m);
         }
     }
-    let leases_taken = leases(&b.metrics(&g_url)) - leases_before;
+    let leases_taken = leases(&b.metrics(&g_url))[0] - leases_before;
     drop(global);
     drop(local);
 
@@ -655,8 +656,10 @@ fn quota_accuracy(
             &[&[None]]
         };
         for who in clients {
-            let lease_count =
-                |b: &Bench| leases(&b.metrics(&one_url)) + leases(&b.metrics(&two_url));
+            let lease_count = |b: &Bench| {
+                let (x, y) = (leases(&b.metrics(&one_url)), leases(&b.metrics(&two_url)));
+                [x[0] + y[0], x[1] + y[1], x[2] + y[2]]
+            };
             let leases_before = lease_count(b);
             let node_before = node_calls(b, node, SPRAY_METHOD);
             let sprays = b.rt.block_on(async {
@@ -677,7 +680,10 @@ fn quota_accuracy(
                 case,
                 sprays,
                 node_calls,
-                leases: lease_count(b) - leases_before,
+                leases: {
+                    let after = lease_count(b);
+                    [0, 1, 2].map(|i| after[i] - leases_before[i])
+                },
             });
         }
         drop((one, two));
@@ -773,9 +779,14 @@ fn shared_writes(metrics: &str) -> f64 {
     client::metric(metrics, "snowgate_shared_writes_total{result=\"written\"}")
 }
 
-/// Global quota leases of every result (none where quotas are local).
-fn leases(metrics: &str) -> f64 {
-    client::metric(metrics, "snowgate_quota_leases_total")
+/// Global quota leases granted, refused and returned (none where quotas are local).
+fn leases(metrics: &str) -> [f64; 3] {
+    ["granted", "refused", "returned"].map(|r| {
+        client::metric(
+            metrics,
+            &format!("snowgate_quota_leases_total{{result=\"{r}\"}}"),
+        )
+    })
 }
 
 /// Redis's `used_memory`, bytes.
@@ -894,7 +905,7 @@ fn report(r: &Report<'_>) -> String {
     );
     let _ = writeln!(
         out,
-        "| case | window | accepted calls | allowed calls (burst + rate × window) | accepted / allowed | 429s | other | node calls | leases |"
+        "| case | window | accepted calls | allowed calls (burst + rate × window) | accepted / allowed | 429s | other | node calls | leases granted / refused / returned |"
     );
     let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for a in r.accuracy {
@@ -906,7 +917,7 @@ fn report(r: &Report<'_>) -> String {
             };
             let _ = writeln!(
                 out,
-                "| {who} | {:.1} s | {} | {:.0} | **{:.2}** | {} | {} | {} | {:.0} |",
+                "| {who} | {:.1} s | {} | {:.0} | **{:.2}** | {} | {} | {} | {} |",
                 s.secs,
                 s.accepted,
                 s.expected_calls(),
@@ -918,7 +929,14 @@ fn report(r: &Report<'_>) -> String {
                 } else {
                     "(above)".into()
                 },
-                a.leases
+                if i == 0 {
+                    format!(
+                        "{:.0} / {:.0} / {:.0}",
+                        a.leases[0], a.leases[1], a.leases[2]
+                    )
+                } else {
+                    "(above)".into()
+                }
             );
         }
     }
