@@ -189,19 +189,6 @@ pub async fn assemble(
         });
         AnswerCache::new(&config.cache, best, tier, &metrics, registry.len())
     });
-    // The shared tier (h-quota builds it here until the lead's wiring lands; the lead's version
-    // replaces this block): checked once so that a Redis that is up is used from the first call.
-    let shared = match &config.redis {
-        Some(redis) => {
-            let shared = Shared::new(redis, &metrics).map_err(|e| anyhow::anyhow!(e))?;
-            shared.check().await;
-            if let Some(stop) = &background {
-                shared.spawn_watcher(stop.clone());
-            }
-            Some(shared)
-        }
-        None => None,
-    };
     let limiter = config.rate_limit.enabled.then(|| match &shared {
         Some(s) if config.global_quotas() => {
             Limiter::new_global(&config.rate_limit, &registry, &metrics, s.clone())

@@ -244,6 +244,11 @@ async fn two_instances_sharing_one_redis_allow_the_global_quota() {
     let _ = stop.send(true);
     let quota = 200.0 * elapsed + 20.0;
     let off = (f64::from(allowed) - quota) / quota;
+    eprintln!(
+        "two instances: {allowed} allowed, {refused} refused in {elapsed:.2} s; quota {quota:.0} \
+         ({:+.1} %)",
+        off * 100.0
+    );
     assert!(
         off.abs() <= 0.10,
         "allowed {allowed} calls (refused {refused}) in {elapsed:.2} s; the global quota is \
@@ -402,4 +407,187 @@ async fn redis_killed_deny_refuses_with_quota_unavailable() {
         ),
         11.0
     );
+}
+
+#[tokio::test]
+async fn a_gateway_with_global_quotas_keeps_its_clients_quota_in_redis() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    // getNetworkID costs 1: ten calls fit the burst, hits or not.
+    let cluster = support::Cluster::start(1, Duration::from_secs(1), |c| {
+        c.redis = Some(RedisConfig {
+            url: Some(url),
+            timeout: TIMEOUT,
+            ..Default::default()
+        });
+        c.rate_limit.enabled = true;
+        c.rate_limit.requests_per_second = 1;
+        c.rate_limit.burst = 10;
+        c.rate_limit.cached_cost_factor = 1.0;
+    })
+    .await;
+    let body = support::call("info.getNetworkID", "{}");
+    let mut statuses = Vec::new();
+    for _ in 0..15 {
+        let reply = support::post(&format!("{}/ext/info", cluster.url()), &body).await;
+        if reply.status == 429 {
+            assert!(reply.header("retry-after").is_some(), "{reply:?}");
+            assert_eq!(reply.json()["error"]["code"], -32005);
+        }
+        statuses.push(reply.status);
+    }
+    let ok = statuses.iter().filter(|s| **s == 200).count();
+    assert!((10..=11).contains(&ok), "{statuses:?}");
+    assert!(statuses[12..].iter().all(|s| *s == 429), "{statuses:?}");
+    // A call snowgate refuses itself is charged too, and answered 429 over quota.
+    let unknown = support::call("info.noSuchMethod", "{}");
+    let reply = support::post(&format!("{}/ext/info", cluster.url()), &unknown).await;
+    assert_eq!(reply.status, 429, "{reply:?}");
+    // The quota lives in Redis, under the client's address.
+    assert_eq!(
+        redis.keys("snowgate:q:*"),
+        vec![b"snowgate:q:ip:127.0.0.1".to_vec()]
+    );
+    cluster.gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_share_quotas_on_a_redis_cluster() {
+    let cluster = support::redis::RedisCluster::start();
+    let cfg = config(10, 10, 2, OnRedisDown::Deny);
+    let mut instances = Vec::new();
+    for _ in 0..2 {
+        let metrics = Metrics::new();
+        let redis = RedisConfig {
+            cluster: cluster.urls(),
+            timeout: TIMEOUT,
+            ..Default::default()
+        };
+        let shared = Shared::new(&redis, &metrics).unwrap();
+        shared.check().await;
+        assert!(shared.available(), "the cluster did not answer");
+        instances.push(Limiter::new_global(
+            &cfg,
+            &Registry::builtin(),
+            &metrics,
+            shared,
+        ));
+    }
+    // Clients whose keys land on different masters; each gets its own burst of 10 calls across
+    // both instances, never more (deny: nothing is decided without the cluster).
+    for n in 0..6 {
+        let client = ip(&format!("203.0.113.{n}"));
+        let mut allowed = 0;
+        for i in 0..30 {
+            match decide(&instances[i % 2], &client, 10).await {
+                Ok(()) => allowed += 1,
+                Err(ProxyError::RateLimited { .. }) => {}
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        assert!((10..=11).contains(&allowed), "client {n}: {allowed}");
+    }
+    let keys = cluster.keys("snowgate:q:ip:*");
+    assert_eq!(keys.len(), 6, "{keys:?}");
+    let holding = cluster
+        .masters()
+        .iter()
+        .filter(|m| m.command(&[b"DBSIZE"]) != Resp::Int(0))
+        .count();
+    assert!(holding >= 2, "the clients' keys all landed on one master");
+}
+
+#[tokio::test]
+async fn the_lease_table_is_bounded_and_clients_beyond_share_the_overflow_quota() {
+    let redis = RedisServer::start();
+    let mut cfg = config(10, 10, 1, OnRedisDown::Local);
+    cfg.max_clients = 3;
+    let (a, _) = instance(&redis, &cfg).await;
+    // 27 clients beyond the table share the overflow quota (four clients' worth: 40 calls).
+    for n in 0..30u8 {
+        let client = ClientId::Ip(IpAddr::from([198, 51, 100, n]));
+        decide(&a, &client, 10).await.unwrap();
+    }
+    assert!(a.tracked() <= 3, "{} clients tracked", a.tracked());
+    let mut keys = redis.keys("snowgate:q:*");
+    keys.sort();
+    assert_eq!(keys.len(), 4, "three clients and the overflow: {keys:?}");
+    assert_eq!(keys[3], b"snowgate:q:overflow".to_vec());
+}
+
+#[tokio::test]
+async fn free_calls_take_no_lease() {
+    let redis = RedisServer::start();
+    let (a, metrics) = instance(&redis, &config(10, 10, 1, OnRedisDown::Local)).await;
+    let client = ip("192.0.2.20");
+    for _ in 0..100 {
+        decide(&a, &client, 0).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(redis.keys("*").is_empty(), "a free call took a lease");
+    let text = render(&metrics);
+    assert_eq!(
+        metric(&text, "snowgate_quota_leases_total{result=\"granted\"}"),
+        0.0
+    );
+}
+
+#[tokio::test]
+async fn a_quota_key_that_is_not_ours_counts_as_new_or_spent_and_is_overwritten() {
+    let redis = RedisServer::start();
+    let shared = connect(&redis, &Metrics::new()).await;
+    let q = GlobalQuota::new(10, 10, 1);
+    // Another type, and a string that is no number: a new client.
+    redis.command(&[b"HSET", b"t:hash", b"f", b"v"]);
+    redis.set_raw(b"t:text", b"\xffnot a number");
+    for key in ["t:hash", "t:text"] {
+        assert_eq!(ask(&shared, key, &q, take(1_000, 1)).await.granted, 100);
+        let stored = tat(&redis, key);
+        assert!(stored > 1_600_000_000_000_000, "{key}: {stored}");
+    }
+    // A TAT far beyond anything the script writes: a spent burst, not a client locked out for
+    // years, and the key expires within the burst's time (10 s here).
+    redis.set_raw(b"t:far", b"99999999999999999999");
+    let refused = ask(&shared, "t:far", &q, take(10, 10)).await;
+    assert_eq!(refused.granted, 0);
+    assert!(refused.wait_us <= 1_000_000, "{refused:?}");
+    let Resp::Int(pttl) = redis.command(&[b"PTTL", b"t:far"]) else {
+        panic!("PTTL did not answer an integer");
+    };
+    assert!((0..=10_002).contains(&pttl), "PTTL {pttl} ms");
+}
+
+#[tokio::test]
+async fn an_instance_that_stops_gives_its_leases_back() {
+    let redis = RedisServer::start();
+    let cfg = config(100, 1_000, 2, OnRedisDown::Local);
+    let (a, metrics_a) = instance(&redis, &cfg).await;
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    a.spawn_pruner(stop_rx);
+    // A holds a lease of 100 units; another instance takes the rest.
+    decide(&a, &ip("192.0.2.30"), 10).await.unwrap();
+    let key = "snowgate:q:ip:192.0.2.30";
+    let q = GlobalQuota::new(100, 1_000, 2);
+    assert!(
+        ask(a_shared(&redis).await.as_ref(), key, &q, take(1_000_000, 1))
+            .await
+            .granted
+            >= 9_000
+    );
+    let before = tat(&redis, key);
+    // A stops while its lease is fresh (not idle): it gives it back on the way out.
+    let _ = stop.send(true);
+    let start = Instant::now();
+    while metric(
+        &render(&metrics_a),
+        "snowgate_quota_leases_total{result=\"returned\"}",
+    ) < 1.0
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the stopped instance kept its lease"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(before - tat(&redis, key), 100_000);
 }

@@ -25,10 +25,16 @@ local least = tonumber(ARGV[5])
 
 -- Everything below is relative to now: ahead = TAT - now, exact in a double (both are whole
 -- microseconds), where TAT and now themselves (about 1.7e15) would lose the fractions.
-local stored = tonumber(redis.call('GET', KEYS[1]))
+-- A value that is not ours (another type, not a number, beyond any TAT this script writes) is
+-- read as a new client or a spent burst, and overwritten below.
+local raw = redis.pcall('GET', KEYS[1])
+local stored = nil
+if type(raw) == 'string' then
+  stored = tonumber(raw)
+end
 local ahead = 0
 if stored and stored > now then
-  ahead = stored - now
+  ahead = math.min(stored - now, math.floor(tolerance + 0.5))
 end
 if give > 0 then
   ahead = math.max(math.floor(ahead - give * interval + 0.5), 0)

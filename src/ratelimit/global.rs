@@ -8,11 +8,12 @@
 //!
 //! **Leases.** A round trip per call would put Redis on every cache hit, so each instance leases
 //! a slice of a client's budget ([`lease_size`]: about 1/10 s of the client's rate, at most
-//! `burst / (2 × expected_instances)`) and spends it locally. When a lease runs below half, one
-//! refill per client goes to Redis in the background; a call that finds too little waits for
-//! Redis itself (at most `[redis] timeout`), asking for its own units plus a lease. A lease unused
-//! for [`RETURN_AFTER`] goes back to Redis (the script moves the TAT back, never below now), so
-//! an instance does not sit on budget another instance needs. What Redis refuses is remembered
+//! `burst / (2 × expected_instances)`, at least the call's cost) and spends it locally. When a
+//! lease runs below half (or below the cost of the call just paid), one refill per client goes
+//! to Redis in the background; a call that finds too little spends what is there and waits for
+//! Redis for the rest (at most `[redis] timeout`), asking for a lease on top. A lease unused for
+//! [`RETURN_AFTER`] goes back to Redis (the script moves the TAT back, never below now), so an
+//! instance does not sit on budget another instance needs. What Redis refuses is remembered
 //! until the wait it gave has passed: a client over quota is then refused here, without a round
 //! trip per call.
 //!
@@ -85,8 +86,8 @@ impl GlobalQuota {
 /// Units an instance leases from Redis at a time, for a client allowed `rate` units per second
 /// and `burst` at once in a fleet of `instances`: a tenth of a second of the rate (few round
 /// trips for a busy client), at most `burst / (2 × instances)` (the instances' leases together
-/// hold at most half the burst, so they cannot starve one another), at least 1. A call that costs
-/// more asks for its own cost on top.
+/// hold at most half the burst, so they cannot starve one another), at least 1. A lease is never
+/// smaller than the call it is taken for ([`Lease::size_for`]).
 pub fn lease_size(rate: u64, burst: u64, instances: u32) -> u64 {
     let share = burst / (2 * u64::from(instances.max(1)));
     (rate / 10).min(share).max(1)
@@ -99,7 +100,7 @@ pub fn model(tat: Option<f64>, now: f64, quota: &GlobalQuota, ask: Ask) -> (Opti
     let interval = quota.interval_us;
     let tolerance = quota.burst as f64 * interval;
     // Relative to now, as the script (exact: both are whole microseconds).
-    let mut ahead = tat.map_or(0.0, |t| (t - now).max(0.0));
+    let mut ahead = tat.map_or(0.0, |t| (t - now).max(0.0).min((tolerance + 0.5).floor()));
     if ask.give > 0 {
         ahead = (ahead - ask.give as f64 * interval + 0.5).floor().max(0.0);
     }
@@ -219,9 +220,23 @@ impl Lease {
         self.units.load(Ordering::Acquire)
     }
 
-    /// Should a refill start (the lease is below half its size)?
-    pub fn low(&self) -> bool {
-        self.held() < self.quota.lease.div_ceil(2)
+    /// Units to lease for calls costing `units`: the lease size, at least one such call.
+    pub fn size_for(&self, units: u64) -> u64 {
+        self.quota.lease.max(units)
+    }
+
+    /// Should a refill start after a call of `units` (the lease is below half its size, or
+    /// would not pay for another such call)?
+    pub fn low(&self, units: u64) -> bool {
+        let held = self.held();
+        held < self.quota.lease.div_ceil(2) || held < units
+    }
+
+    /// Takes everything the lease holds (a call that needs more spends it and asks Redis for
+    /// the rest; what it does not use is credited back).
+    fn take_all(&self, now_ms: u64) -> u64 {
+        self.last_ms.store(now_ms, Ordering::Relaxed);
+        self.units.swap(0, Ordering::AcqRel)
     }
 
     /// Redis refused: nothing before `now + wait` will be granted, so calls until then are
@@ -391,14 +406,18 @@ impl Global {
     /// background when it runs low), else by Redis (`Step::Wait`), or, when the call `can_wait`
     /// not, [`Verdict::Share`].
     pub fn admit(self: &Arc<Self>, client: &ClientId, units: u32, can_wait: bool) -> Step {
+        if units == 0 {
+            // A free call (a hit with `cached_cost_factor = 0`) must not take or hold a lease.
+            return Step::Now(Verdict::Allowed);
+        }
         let now = self.now_ms();
         let Some(lease) = self.lease(client, now) else {
             return Step::Now(Verdict::Allowed);
         };
         let units = u64::from(units);
         if lease.take(units, now) {
-            if lease.low() {
-                self.refill(&lease);
+            if lease.low(units) {
+                self.refill(&lease, units);
             }
             return Step::Now(Verdict::Allowed);
         }
@@ -419,36 +438,49 @@ impl Global {
         Step::Wait(Box::pin(async move { this.decide(&lease, units).await }))
     }
 
-    /// Asks Redis for `units` (plus a lease, unless a refill is under way) for a call.
+    /// Decides a call of `units` the lease could not pay for: spends what the lease holds and asks
+    /// Redis for the rest, plus a lease unless a refill is under way.
     async fn decide(&self, lease: &Lease, units: u64) -> Verdict {
+        let held = lease.take_all(self.now_ms());
+        if held >= units {
+            // A refill landed meanwhile.
+            lease.credit(held - units);
+            return Verdict::Allowed;
+        }
+        let need = units - held;
         let refill = lease.start_refill();
-        let extra = if refill { lease.quota.lease } else { 0 };
+        let extra = if refill { lease.size_for(units) } else { 0 };
         let ask = Ask {
             give: 0,
-            want: units + extra,
-            least: units,
+            want: need + extra,
+            least: need,
         };
         let answer = run(&self.shared, &self.script, &lease.key, &lease.quota, ask).await;
         if refill {
             lease.end_refill();
         }
         match answer {
-            Ok(a) if a.granted >= units => {
+            Ok(a) if a.granted >= need => {
                 self.metrics.leases.with_label_values(&["granted"]).inc();
-                lease.credit(a.granted - units);
+                lease.credit(a.granted - need);
                 Verdict::Allowed
             }
             Ok(a) => {
                 self.metrics.leases.with_label_values(&["refused"]).inc();
+                lease.credit(held);
                 lease.refused(self.now_ms(), a.wait_us);
                 Verdict::Over(Duration::from_micros(a.wait_us))
             }
-            Err(_) => Verdict::Down,
+            Err(_) => {
+                lease.credit(held);
+                Verdict::Down
+            }
         }
     }
 
-    /// Refills a lease that runs low, in the background (one refill per lease at a time).
-    fn refill(self: &Arc<Self>, lease: &Arc<Lease>) {
+    /// Refills a lease that runs low after a call of `units`, in the background (one refill per
+    /// lease at a time).
+    fn refill(self: &Arc<Self>, lease: &Arc<Lease>, units: u64) {
         if !self.shared.available() || !lease.start_refill() {
             return;
         }
@@ -460,7 +492,7 @@ impl Global {
         runtime.spawn(async move {
             let ask = Ask {
                 give: 0,
-                want: lease.quota.lease,
+                want: lease.size_for(units),
                 least: 1,
             };
             let answer = run(&this.shared, &this.script, &lease.key, &lease.quota, ask).await;
@@ -508,9 +540,10 @@ impl Global {
         });
     }
 
-    /// Gives idle leases back to Redis (at most [`RETURNS_PER_SWEEP`]). Forgetting empty entries
-    /// is the limiter's pruning ([`Global::prune`], every few seconds).
-    pub async fn sweep(&self) {
+    /// Gives idle leases back to Redis (every lease when the instance stops: `all`), at most
+    /// [`RETURNS_PER_SWEEP`]. Forgetting empty entries is the limiter's pruning
+    /// ([`Global::prune`], every few seconds).
+    pub async fn sweep(&self, all: bool) {
         if !self.shared.available() {
             // Keep what is leased: it is spendable here while Redis is away.
             return;
@@ -527,7 +560,11 @@ impl Global {
             if idle.len() >= RETURNS_PER_SWEEP {
                 break;
             }
-            let units = lease.drain_idle(now);
+            let units = if all {
+                lease.units.swap(0, Ordering::AcqRel)
+            } else {
+                lease.drain_idle(now)
+            };
             if units > 0 {
                 idle.push((lease, units));
             }
@@ -553,7 +590,9 @@ impl Global {
         self.ips.retain(|_, l| !l.forgettable(now));
     }
 
-    /// Sweeps every [`SWEEP_EVERY`] until `stop` flips.
+    /// Sweeps every [`SWEEP_EVERY`] until `stop` flips, then gives back what is still leased (an
+    /// instance that stops does not take its clients' budget with it; best effort, one command
+    /// per lease).
     pub fn spawn_sweeper(self: &Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
         let this = Arc::clone(self);
         tokio::spawn(async move {
@@ -561,10 +600,11 @@ impl Global {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
-                    _ = tick.tick() => this.sweep().await,
-                    _ = stop.changed() => return,
+                    _ = tick.tick() => this.sweep(false).await,
+                    _ = stop.changed() => break,
                 }
             }
+            this.sweep(true).await;
         });
     }
 }
@@ -658,9 +698,12 @@ mod tests {
     fn a_lease_spends_what_it_holds_and_remembers_a_refusal() {
         let l = Lease::new("k".into(), quota(100, 10), 0);
         assert!(!l.take(1, 0), "a new lease holds nothing");
-        assert!(l.low());
+        assert!(l.low(1));
         l.credit(100);
-        assert!(!l.low());
+        assert!(!l.low(1));
+        assert!(l.low(101), "would not pay for another such call");
+        assert_eq!(l.size_for(1), 50);
+        assert_eq!(l.size_for(80), 80, "at least one call");
         assert!(l.take(60, 5));
         assert!(!l.take(41, 5), "never below zero");
         assert!(l.take(40, 5));
