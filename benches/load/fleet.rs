@@ -163,8 +163,18 @@ struct NodeRun {
     timings: Vec<Timing>,
     /// Part 4, for each delay of B's request after A's.
     pairs: Vec<Pairs>,
-    /// Redis memory per shared entry (bytes) and the answer's size, measured in the fill.
-    bytes_per_entry: Option<(f64, usize)>,
+    /// What one shared entry costs Redis (the first run only: Redis holds nothing else then).
+    entries: Option<Entries>,
+}
+
+/// Redis memory per shared entry, for sizing `maxmemory`.
+struct Entries {
+    /// The node's answer, bytes.
+    answer: usize,
+    /// `used_memory` growth over the fill, per key filled.
+    used_per_key: Option<f64>,
+    /// Mean `MEMORY USAGE` and `STRLEN` (the stored value) over the sampled keys, and how many.
+    usage: Option<(f64, f64, usize)>,
 }
 
 /// Part 4 with one delay: K new keys, each asked of A and, `delay` later, of B.
@@ -426,6 +436,7 @@ fn node_run(
         std::thread::sleep(Duration::from_millis(100));
     }
     let mem_after = redis_memory(sock);
+    let usage = latency.is_zero().then(|| entry_usage(sock)).flatten();
 
     let mut timings = Vec::new();
     let bodies = |r: Range<usize>| r.map(|i| nonce_body(txid, i)).collect::<Vec<_>>();
@@ -509,24 +520,31 @@ fn node_run(
         });
     }
     drop((a, bb, c));
-    let size =
-        b.rt.block_on(client::post(
-            &b.http,
-            &format!("{node}/ext/bc/P"),
-            nonce_body(txid, 0),
-            "",
-        ))
-        .map(|r| r.body.len())
-        .unwrap_or(0);
-    let bytes_per_entry = match (mem_before, mem_after) {
-        (Some(x), Some(y)) if y > x => Some(((y - x) as f64 / n as f64, size)),
-        _ => None,
-    };
+    let entries = latency.is_zero().then(|| {
+        // The node's answer alone, as it comes back (its `result` is what Redis keeps).
+        let answer =
+            b.rt.block_on(client::post(
+                &b.http,
+                &format!("{node}/ext/bc/P"),
+                nonce_body(txid, 0),
+                "",
+            ))
+            .map(|r| r.body.len())
+            .unwrap_or(0);
+        Entries {
+            answer,
+            used_per_key: match (mem_before, mem_after) {
+                (Some(x), Some(y)) if y > x => Some((y - x) as f64 / n as f64),
+                _ => None,
+            },
+            usage,
+        }
+    });
     Ok(NodeRun {
         latency,
         timings,
         pairs: pair_runs,
-        bytes_per_entry,
+        entries,
     })
 }
 
@@ -991,6 +1009,27 @@ fn redis_memory(sock: &Path) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// Mean `MEMORY USAGE` and `STRLEN` of up to 50 of the shared cache's keys (`…:c:…`), and how
+/// many were sampled.
+fn entry_usage(sock: &Path) -> Option<(f64, f64, usize)> {
+    let listed = procs::redis_cli(sock, &["--scan", "--pattern", "*:c:*"]).ok()?;
+    let (mut usage, mut len, mut count) = (0.0, 0.0, 0);
+    for key in listed.lines().take(50) {
+        let u: f64 = procs::redis_cli(sock, &["MEMORY", "USAGE", key])
+            .ok()?
+            .parse()
+            .ok()?;
+        let l: f64 = procs::redis_cli(sock, &["STRLEN", key])
+            .ok()?
+            .parse()
+            .ok()?;
+        usage += u;
+        len += l;
+        count += 1;
+    }
+    (count > 0).then(|| (usage / count as f64, len / count as f64, count))
+}
+
 /// Everything the report shows.
 struct Report<'a> {
     b: &'a Bench,
@@ -1184,14 +1223,24 @@ fn report(r: &Report<'_>) -> String {
     }
 
     let _ = writeln!(out);
-    for run in r.node_runs {
-        if let Some((per, size)) = run.bytes_per_entry {
-            let _ = writeln!(
-                out,
-                "* Redis memory per shared entry (+{} ms run): {per:.0} bytes for a {size}-byte answer (`used_memory` before and after the fill, over the keys filled)",
-                run.latency.as_millis()
+    for e in r.node_runs.iter().filter_map(|run| run.entries.as_ref()) {
+        let mut line = format!(
+            "* Redis memory per shared entry, for a {}-byte answer:",
+            e.answer
+        );
+        if let Some((usage, len, count)) = e.usage {
+            let _ = write!(
+                line,
+                " `MEMORY USAGE` {usage:.0} bytes (the value {len:.0} bytes: the answer, the full key, header and digest; mean of {count} keys);"
             );
         }
+        if let Some(per) = e.used_per_key {
+            let _ = write!(
+                line,
+                " `used_memory` grew {per:.0} bytes per key over the fill (hash table growth included)"
+            );
+        }
+        let _ = writeln!(out, "{line}");
     }
     let _ = writeln!(
         out,
