@@ -409,13 +409,13 @@ fn node_run(
         behind_proxy: false,
     };
     let ms = latency.as_millis();
-    let (a, a_url) = start_instance(b, &format!("fleet-a-{ms}ms"), node_port, &shared)?;
-    let (bb, b_url) = start_instance(b, &format!("fleet-b-{ms}ms"), node_port, &shared)?;
+    let (a_proc, a_url) = start_instance(b, &format!("fleet-a-{ms}ms"), node_port, &shared)?;
+    let (b_proc, b_url) = start_instance(b, &format!("fleet-b-{ms}ms"), node_port, &shared)?;
     let plain = Setup {
         redis: None,
         ..shared
     };
-    let (c, c_url) = start_instance(b, &format!("fleet-c-{ms}ms"), node_port, &plain)?;
+    let (c_proc, c_url) = start_instance(b, &format!("fleet-c-{ms}ms"), node_port, &plain)?;
     wait_sharing(b, &a_url, txid, nonces)?;
     wait_sharing(b, &b_url, txid, nonces)?;
 
@@ -519,7 +519,7 @@ fn node_run(
             both_missed,
         });
     }
-    drop((a, bb, c));
+    drop((a_proc, b_proc, c_proc));
     let entries = latency.is_zero().then(|| {
         // The node's answer alone, as it comes back (its `result` is what Redis keeps).
         let answer =
@@ -581,16 +581,19 @@ fn timed(b: &Bench, url: &str, bodies: &[String]) -> Result<Vec<(f64, Option<Str
 /// to the node).
 fn pairs(b: &Bench, urls: [&str; 2], bodies: &[String], delay: Duration) -> Result<usize, String> {
     let http = client::http();
-    let [a, bb] = urls.map(|u| format!("{u}/ext/bc/P"));
+    let [first, second] = urls.map(|u| format!("{u}/ext/bc/P"));
     b.rt.block_on(async {
         let mut both = 0;
         for body in bodies {
-            let (ra, rb) = tokio::join!(client::post(&http, &a, body.clone(), "x-cache"), async {
-                if !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
-                }
-                client::post(&http, &bb, body.clone(), "x-cache").await
-            },);
+            let (ra, rb) = tokio::join!(
+                client::post(&http, &first, body.clone(), "x-cache"),
+                async {
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
+                    client::post(&http, &second, body.clone(), "x-cache").await
+                },
+            );
             let (ra, rb) = (ra?, rb?);
             if ra.status != 200 || rb.status != 200 {
                 return Err(format!("pairs: HTTP {} and {}", ra.status, rb.status));
