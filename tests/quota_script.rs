@@ -591,3 +591,27 @@ async fn an_instance_that_stops_gives_its_leases_back() {
     }
     assert_eq!(before - tat(&redis, key), 100_000);
 }
+
+#[tokio::test]
+async fn refused_calls_on_two_instances_are_charged_to_one_global_quota() {
+    let redis = RedisServer::start();
+    // Configured as if alone (expected_instances = 1): each instance's share is the whole burst
+    // of 20, so only Redis keeps two instances to one quota.
+    let cfg = config(1, 20, 1, OnRedisDown::Local);
+    let (a, _) = instance(&redis, &cfg).await;
+    let (b, _) = instance(&redis, &cfg).await;
+    let client = ip("192.0.2.40");
+    let mut allowed = 0;
+    for i in 0..40 {
+        let limiter = if i % 2 == 0 { &a } else { &b };
+        if limiter.charge_refused(&client).is_ok() {
+            allowed += 1;
+        }
+        // Refused calls never wait on Redis; give the background debits time to land.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        (18..=23).contains(&allowed),
+        "{allowed} refused calls allowed across two instances; the quota is 20"
+    );
+}

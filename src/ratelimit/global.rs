@@ -512,8 +512,9 @@ impl Global {
     }
 
     /// Debits `units` that a call decided at this instance's share ([`Verdict::Share`]) spent, in
-    /// the background; if Redis refuses them, the client's next calls are refused until its wait
-    /// has passed.
+    /// the background, with a lease on top (unless a refill is under way), so that the client's
+    /// next such calls are paid from it; if Redis refuses, the client's next calls are refused
+    /// until its wait has passed.
     pub fn debit(self: &Arc<Self>, client: &ClientId, units: u32) {
         let now = self.now_ms();
         let Some(lease) = self.lease(client, now) else {
@@ -525,17 +526,27 @@ impl Global {
         let this = Arc::clone(self);
         let units = u64::from(units);
         runtime.spawn(async move {
+            let refill = lease.start_refill();
+            let extra = if refill { lease.size_for(units) } else { 0 };
             let ask = Ask {
                 give: 0,
-                want: units,
+                want: units + extra,
                 least: units,
             };
-            match run(&this.shared, &this.script, &lease.key, &lease.quota, ask).await {
-                Ok(a) if a.granted < units => {
+            let answer = run(&this.shared, &this.script, &lease.key, &lease.quota, ask).await;
+            if refill {
+                lease.end_refill();
+            }
+            match answer {
+                Ok(a) if a.granted >= units => {
+                    this.metrics.leases.with_label_values(&["granted"]).inc();
+                    lease.credit(a.granted - units);
+                }
+                Ok(a) => {
                     this.metrics.leases.with_label_values(&["refused"]).inc();
                     lease.refused(this.now_ms(), a.wait_us);
                 }
-                _ => {}
+                Err(_) => {}
             }
         });
     }
