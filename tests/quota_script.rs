@@ -474,7 +474,8 @@ async fn two_instances_share_quotas_on_a_redis_cluster() {
         ));
     }
     // Clients whose keys land on different masters; each gets its own burst of 10 calls across
-    // both instances, never more (deny: nothing is decided without the cluster).
+    // both instances, never more (deny: nothing is decided without the cluster). A refill still
+    // in flight when the loop ends may leave one call's lease on each instance unspent.
     for n in 0..6 {
         let client = ip(&format!("203.0.113.{n}"));
         let mut allowed = 0;
@@ -485,7 +486,7 @@ async fn two_instances_share_quotas_on_a_redis_cluster() {
                 Err(e) => panic!("{e:?}"),
             }
         }
-        assert!((10..=11).contains(&allowed), "client {n}: {allowed}");
+        assert!((8..=11).contains(&allowed), "client {n}: {allowed}");
     }
     let keys = cluster.keys("snowgate:q:ip:*");
     assert_eq!(keys.len(), 6, "{keys:?}");

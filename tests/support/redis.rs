@@ -66,7 +66,13 @@ impl RedisServer {
     /// A server on a unix socket in a fresh temporary directory (`--port 0`: no TCP at all).
     pub fn start() -> RedisServer {
         let dir = temp_dir("redis");
-        let endpoint = Endpoint::Unix(dir.join("redis.sock"));
+        let socket = dir.join("redis.sock");
+        assert!(
+            socket.as_os_str().len() < 100,
+            "{} is too long for a unix socket (at most 107 bytes): set TMPDIR to a shorter directory",
+            socket.display()
+        );
+        let endpoint = Endpoint::Unix(socket);
         let mut server = RedisServer {
             child: None,
             dir,
@@ -555,4 +561,48 @@ fn temp_dir(what: &str) -> PathBuf {
     ));
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// What the fleet scenarios need of the shared tier, whether one server or a cluster: the
+/// `[redis]` section that points the gateways at it, and raw access to its keys.
+pub trait SharedRedis: Sync {
+    /// The `[redis]` section of a gateway's config (defaults for the other keys).
+    fn redis_toml(&self) -> String;
+    /// Every key matching `pattern`, on every master.
+    fn scan_keys(&self, pattern: &str) -> Vec<Vec<u8>>;
+    /// `GET key` on the master that owns it.
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>>;
+    /// `SET key value` on the master that owns it.
+    fn set(&self, key: &[u8], value: &[u8]);
+}
+
+impl SharedRedis for RedisServer {
+    fn redis_toml(&self) -> String {
+        format!("[redis]\nurl = \"{}\"\n", self.url())
+    }
+    fn scan_keys(&self, pattern: &str) -> Vec<Vec<u8>> {
+        self.keys(pattern)
+    }
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.get_raw(key)
+    }
+    fn set(&self, key: &[u8], value: &[u8]) {
+        self.set_raw(key, value)
+    }
+}
+
+impl SharedRedis for RedisCluster {
+    fn redis_toml(&self) -> String {
+        let urls: Vec<String> = self.urls().iter().map(|u| format!("\"{u}\"")).collect();
+        format!("[redis]\ncluster = [{}]\n", urls.join(", "))
+    }
+    fn scan_keys(&self, pattern: &str) -> Vec<Vec<u8>> {
+        self.keys(pattern)
+    }
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.get_raw(key)
+    }
+    fn set(&self, key: &[u8], value: &[u8]) {
+        self.set_raw(key, value)
+    }
 }
