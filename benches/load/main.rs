@@ -28,7 +28,7 @@
 //!
 //! Knobs (environment): `LOAD_DURATION` (seconds per run, default 5), `LOAD_ROUNDS` (3), `LOAD_CONNECTIONS` (32),
 //! `LOAD_THREADS` (wrk threads, 1), `LOAD_KEYS` (1000000), `LOAD_RUST_LOG` (snowgate's log filter,
-//! default `info` as in production). It installs wrk and nginx with apt-get when they are missing,
+//! default `info` as in production). It installs wrk, nginx and redis-server with apt-get when missing,
 //! never talks to anything but 127.0.0.1, stops every process it started when it ends or fails,
 //! and a watchdog ends the run after 20 minutes (10 for the fleet section alone) whatever happens.
 //!
