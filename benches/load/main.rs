@@ -14,7 +14,8 @@
 //!    proxy** with upstream keep-alive, on the same devnode;
 //!
 //! plus the cache-size run (hits over 100 keys, then over 1,000,000 keys in the same instance) and
-//! resident memory (idle, and with `max_bytes = 64 MiB` filled past capacity).
+//! resident memory (idle, and with `max_bytes = 64 MiB` filled past capacity), and the fleet
+//! section ([`fleet`]: two instances sharing one redis-server).
 //!
 //! Pinning: on a machine with n >= 2 CPUs, every server (devnode, snowgate, nginx, ceiling) runs
 //! on the last CPU and wrk plus this harness on the others, so the load generator never takes CPU
@@ -27,9 +28,11 @@
 //!
 //! Knobs (environment): `LOAD_DURATION` (seconds per run, default 5), `LOAD_ROUNDS` (3), `LOAD_CONNECTIONS` (32),
 //! `LOAD_THREADS` (wrk threads, 1), `LOAD_KEYS` (1000000), `LOAD_RUST_LOG` (snowgate's log filter,
-//! default `info` as in production). It installs wrk and nginx with apt-get when they are missing,
+//! default `info` as in production). It installs wrk, nginx and redis-server with apt-get when missing,
 //! never talks to anything but 127.0.0.1, stops every process it started when it ends or fails,
-//! and a watchdog ends the run after 15 minutes whatever happens.
+//! and a watchdog ends the run after 20 minutes (10 for the fleet section alone) whatever happens.
+//!
+//! `LOAD_ONLY=fleet` runs the fleet section alone (a few minutes; its knobs are in [`fleet`]).
 //!
 //! `LOAD_AB=/path/a,/path/b` runs the A/B mode instead of the full table: two snowgate builds
 //! compared in alternating rounds ([`ab`]).
@@ -40,6 +43,7 @@
 mod ab;
 mod ceiling;
 mod client;
+mod fleet;
 mod nginx;
 mod procs;
 mod wrk;
@@ -96,13 +100,15 @@ fn main() {
         println!("load benchmark: run it with `cargo bench --bench load`");
         return;
     }
-    // 15 minutes for the full benchmark. An A/B of 3 rounds takes about 10 minutes on an idle
-    // machine, but its 1,000,000-key fills slow down most when the machine is shared: 30 minutes
-    // per 3 rounds.
+    // 20 minutes for the full benchmark, of which the fleet section takes about 3 (10 when it
+    // runs alone). An A/B of 3 rounds takes about 10 minutes on an idle machine, but its
+    // 1,000,000-key fills slow down most when the machine is shared: 30 minutes per 3 rounds.
     let limit = if std::env::var_os("LOAD_AB").is_some() {
         30 * 60 * env_or("LOAD_ROUNDS", 3u64).max(1).div_ceil(3)
+    } else if std::env::var("LOAD_ONLY").as_deref() == Ok("fleet") {
+        10 * 60
     } else {
-        15 * 60
+        20 * 60
     };
     procs::watchdog(Duration::from_secs(limit));
     if let Err(e) = run() {
@@ -448,6 +454,36 @@ fn run() -> Result<(), String> {
         }
         return Ok(());
     }
+    match std::env::var("LOAD_ONLY").as_deref() {
+        Err(_) | Ok("") => {}
+        Ok("fleet") => {
+            eprintln!(
+                "fleet section alone: servers on CPUs [{}], wrk on [{}]; temp dir {}",
+                pin.server,
+                pin.client,
+                dir.display()
+            );
+            let mut out = format!(
+                "\n## snowgate load benchmark: the fleet section, {}\n\n{}; wrk ({}); RUST_LOG={}.\n",
+                now_utc(),
+                machine(),
+                wrk::version(),
+                b.rust_log
+            );
+            out.push_str(&fleet::run(&b, &load, rounds)?);
+            println!("{out}");
+            let report = Path::new(env!("CARGO_TARGET_TMPDIR")).join("load-fleet-report.md");
+            if std::fs::write(&report, &out).is_ok() {
+                eprintln!("report written to {}", report.display());
+            }
+            return Ok(());
+        }
+        Ok(other) => {
+            return Err(format!(
+                "LOAD_ONLY={other}: the one section that runs alone is `fleet`"
+            ))
+        }
+    }
     let started = Instant::now();
     eprintln!(
         "load benchmark: servers on CPUs [{}], wrk on [{}], {} worker(s) each; wrk -t{} -c{} -d{}s; temp dir {}",
@@ -782,6 +818,9 @@ fn run() -> Result<(), String> {
     drop(snowgate);
     drop(devnode);
 
+    step("the fleet section");
+    let fleet = fleet::run(&b, &load, rounds)?;
+
     let med: Vec<Measured> = results.iter().map(|r| median(r)).collect();
 
     // The report.
@@ -919,6 +958,7 @@ fn run() -> Result<(), String> {
         let _ = writeln!(out, "* {n}");
     }
     let _ = writeln!(out, "* total run time {} s", started.elapsed().as_secs());
+    out.push_str(&fleet);
     println!("{out}");
     let report = Path::new(env!("CARGO_TARGET_TMPDIR")).join("load-report.md");
     if std::fs::write(&report, &out).is_ok() {

@@ -318,3 +318,83 @@ pub fn nginx_binary() -> std::path::PathBuf {
         "/usr/sbin/nginx".into()
     }
 }
+
+/// Installs redis-server (and redis-cli, same package) with apt when it is missing (Debian; needs
+/// root), as [`ensure_tools`] does for wrk and nginx.
+pub fn ensure_redis() -> Result<(), String> {
+    if have("redis-server") || Path::new("/usr/bin/redis-server").exists() {
+        return Ok(());
+    }
+    eprintln!("installing redis-server with apt-get");
+    for args in [
+        &["update", "-q"][..],
+        &[
+            "install",
+            "-y",
+            "-q",
+            "--no-install-recommends",
+            "redis-server",
+        ][..],
+    ] {
+        let status = Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .map_err(|e| format!("apt-get: {e}"))?;
+        if !status.success() {
+            return Err(format!("apt-get {} failed: {status}", args.join(" ")));
+        }
+    }
+    Ok(())
+}
+
+/// A redis-server on the unix socket `dir/redis.sock` only (`--port 0`: no TCP), without
+/// persistence, pinned to `cpus`, its log in `dir/redis.log`; returns once it answers PING (it is
+/// stopped on drop like every [`Proc`]).
+pub fn start_redis(dir: &Path, cpus: &str) -> Result<(Proc, std::path::PathBuf), String> {
+    let sock = dir.join("redis.sock");
+    let _ = std::fs::remove_file(&sock);
+    let mut cmd = pinned(cpus, Path::new("redis-server"));
+    cmd.args(["--port", "0", "--unixsocket"])
+        .arg(&sock)
+        .args(["--unixsocketperm", "700"])
+        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+        .arg("--dir")
+        .arg(dir)
+        .current_dir(dir);
+    let mut redis = Proc::spawn("redis-server", cmd, &dir.join("redis.log"))
+        .map_err(|e| format!("starting redis-server: {e}"))?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        redis.check_alive()?;
+        if redis_cli(&sock, &["PING"]).is_ok_and(|r| r == "PONG") {
+            return Ok((redis, sock));
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "redis-server does not answer PING on {} after 20 s",
+                sock.display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// One `redis-cli -s SOCK ARGS...` command; its output, trimmed.
+pub fn redis_cli(sock: &Path, args: &[&str]) -> Result<String, String> {
+    let out = Command::new("redis-cli")
+        .arg("-s")
+        .arg(sock)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("redis-cli: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "redis-cli {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
