@@ -53,16 +53,21 @@ impl std::fmt::Debug for RedisConfig {
     }
 }
 
-/// A Redis URL as it may be shown: the user and password, if any, replaced by `***`.
+/// A Redis URL as it may be shown: the user and password, if any, replaced by `***`, and the query
+/// dropped (a `redis+unix://` URL carries its credentials there: `?user=..&pass=..`).
 pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return "[unreadable url]".to_string();
     };
-    // The authority ends at the first '/', '?' or '#'; credentials end at its last '@'.
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..end].rfind('@') {
-        Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]),
-        None => url.to_string(),
+    // Credentials end at the last '@' anywhere: a password may hold an unencoded '/', '?' or '#'
+    // (the URL is then invalid, and the error that says so must not show it).
+    let rest = match rest.rfind('@') {
+        Some(at) => format!("***@{}", &rest[at + 1..]),
+        None => rest.to_string(),
+    };
+    match rest.split_once(['?', '#']) {
+        Some((before, _)) => format!("{scheme}://{before}?***"),
+        None => format!("{scheme}://{rest}"),
     }
 }
 

@@ -26,8 +26,10 @@ local least = tonumber(ARGV[5])
 -- Everything below is relative to now: ahead = TAT - now, exact in a double (both are whole
 -- microseconds), where TAT and now themselves (about 1.7e15) would lose the fractions.
 -- A value that is not ours (another type, not a number, beyond any TAT this script writes) is
--- read as a new client or a spent burst, and overwritten below.
-local raw = redis.pcall('GET', KEYS[1])
+-- read as a new client or a spent burst, and overwritten below. Only its first 32 bytes are read
+-- (a TAT has 16 digits): a huge string planted under the key would otherwise be copied into the
+-- script, stalling Redis for every instance.
+local raw = redis.pcall('GETRANGE', KEYS[1], 0, 31)
 local stored = nil
 if type(raw) == 'string' then
   stored = tonumber(raw)

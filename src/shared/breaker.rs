@@ -3,7 +3,9 @@
 //!
 //! Requests only ask [`Breaker::closed`] (one atomic load): while the breaker is open they do not
 //! touch Redis at all, so a dead or frozen Redis costs them nothing. A run of
-//! [`FAILURES_TO_OPEN`] failed commands opens it; the shared tier's watcher then probes Redis
+//! [`FAILURES_TO_OPEN`] failed commands opens it, and so does one timeout ([`Breaker::timeout`]):
+//! a request that has waited `[redis] timeout` once must not wait again for its next command (a
+//! call asks Redis for its quota, then for its answer); the shared tier's watcher then probes Redis
 //! after a backoff that doubles on every failed probe (from [`MIN_BACKOFF`] to [`MAX_BACKOFF`],
 //! with jitter so that a fleet does not probe in step) and closes it on the first success.
 
@@ -82,6 +84,12 @@ impl Breaker {
         run >= FAILURES_TO_OPEN && self.open()
     }
 
+    /// A command timed out: the breaker opens at once (see the module doc); true if this opened it.
+    pub fn timeout(&self) -> bool {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        self.open()
+    }
+
     /// Opens the breaker (a failed watcher ping does this at once); true if it was closed.
     pub fn open(&self) -> bool {
         self.state
@@ -137,6 +145,14 @@ mod tests {
         assert!(b.failure(), "the third failure in a row opens it");
         assert_eq!(b.state(), State::Open);
         assert!(!b.failure(), "opening is reported once");
+    }
+
+    #[test]
+    fn one_timeout_opens_it() {
+        let b = Breaker::default();
+        assert!(b.timeout());
+        assert!(!b.closed());
+        assert!(!b.timeout(), "opening is reported once");
     }
 
     #[test]

@@ -55,12 +55,21 @@ pub enum SharedError {
 }
 
 /// The connection: one server (through redis-rs's reconnecting manager) or a cluster.
+///
+/// Either is replaced by a fresh one after every failed probe ([`Shared::renew`]): redis-rs
+/// reconnects when a connection fails, not when it falls silent (a network partition, a NAT that
+/// forgot the flow, a server that announced a reply and never sent it), and such a connection
+/// would otherwise keep the breaker open for as long as TCP takes to notice, minutes.
 enum Link {
-    Single(ConnectionManager),
-    /// The cluster's connection is made by the watcher's first successful probe.
+    Single {
+        client: redis::Client,
+        config: ConnectionManagerConfig,
+        manager: parking_lot::RwLock<ConnectionManager>,
+    },
+    /// The cluster's connection is made by the watcher's probes.
     Cluster {
         client: Box<ClusterClient>,
-        conn: OnceLock<ClusterConnection>,
+        conn: parking_lot::RwLock<Option<ClusterConnection>>,
     },
 }
 
@@ -188,15 +197,20 @@ impl Shared {
                     None => redis::Client::open(url.as_str()),
                 }
                 .map_err(|e| format!("`redis.url` ({}): {e}", redact(url)))?;
-                let manager = ConnectionManagerConfig::new()
+                let manager_config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(connect_timeout))
                     .set_response_timeout(None)
                     .set_number_of_retries(1)
                     .set_min_delay(Duration::from_millis(50))
                     .set_max_delay(Duration::from_secs(1));
-                let manager = ConnectionManager::new_lazy_with_config(client, manager)
-                    .map_err(|e| format!("`redis.url` ({}): {e}", redact(url)))?;
-                Link::Single(manager)
+                let manager =
+                    ConnectionManager::new_lazy_with_config(client.clone(), manager_config.clone())
+                        .map_err(|e| format!("`redis.url` ({}): {e}", redact(url)))?;
+                Link::Single {
+                    client,
+                    config: manager_config,
+                    manager: parking_lot::RwLock::new(manager),
+                }
             }
             None => {
                 let mut builder = ClusterClient::builder(config.cluster.iter().map(String::as_str));
@@ -211,7 +225,7 @@ impl Shared {
                     .map_err(|e| format!("`redis.cluster` ({shown}): {e}"))?;
                 Link::Cluster {
                     client: Box::new(client),
-                    conn: OnceLock::new(),
+                    conn: parking_lot::RwLock::new(None),
                 }
             }
         };
@@ -269,8 +283,27 @@ impl Shared {
     /// A connection handle whatever the breaker says (the watcher's probes).
     fn any_conn(&self) -> Option<Conn> {
         match &self.link {
-            Link::Single(m) => Some(Conn::Single(m.clone())),
-            Link::Cluster { conn, .. } => conn.get().cloned().map(Conn::Cluster),
+            Link::Single { manager, .. } => Some(Conn::Single(manager.read().clone())),
+            Link::Cluster { conn, .. } => conn.read().clone().map(Conn::Cluster),
+        }
+    }
+
+    /// Drops the connection for a fresh one (after a failed probe; see [`Link`]): commands still
+    /// waiting on the old one end at their timeout, the next probe connects anew.
+    fn renew(&self) {
+        match &self.link {
+            Link::Single {
+                client,
+                config,
+                manager,
+            } => {
+                if let Ok(fresh) =
+                    ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
+                {
+                    *manager.write() = fresh;
+                }
+            }
+            Link::Cluster { conn, .. } => *conn.write() = None,
         }
     }
 
@@ -303,16 +336,21 @@ impl Shared {
         op: &'static str,
         result: Result<redis::RedisResult<T>, tokio::time::error::Elapsed>,
     ) -> Result<T, SharedError> {
-        let error = match result {
+        let (error, opened) = match result {
             Ok(Ok(v)) => {
                 self.breaker.success();
                 return Ok(v);
             }
             Ok(Err(e)) => {
                 tracing::debug!(op, error = %e, "redis command failed");
-                SharedError::Failed
+                let opened = self.breaker.failure();
+                if opened {
+                    // What Redis said (`OOM command not allowed...`), once per distinct text.
+                    self.report(&format!("{op}: {e}"));
+                }
+                (SharedError::Failed, opened)
             }
-            Err(_) => SharedError::Timeout,
+            Err(_) => (SharedError::Timeout, self.breaker.timeout()),
         };
         let kind = if error == SharedError::Timeout {
             "timeout"
@@ -320,13 +358,16 @@ impl Shared {
             "error"
         };
         self.metrics.errors.with_label_values(&[op, kind]).inc();
-        if self.breaker.failure() {
+        if opened {
             self.opened(kind);
         }
         Err(error)
     }
 
     fn opened(&self, why: &str) {
+        // A command that timed out may have found a connection that fell silent: the watcher's
+        // first probe gets a fresh one.
+        self.renew();
         self.metrics.up.set(0);
         self.metrics.breaker.set(State::Open as i64);
         tracing::warn!(redis = %self.shown, why, "shared tier down: answering without Redis until it is back");
@@ -337,10 +378,10 @@ impl Shared {
     async fn probe(&self) -> Result<(), String> {
         let connect_wait = (self.timeout * 40).max(Duration::from_secs(1));
         if let Link::Cluster { client, conn } = &self.link {
-            if conn.get().is_none() {
+            if conn.read().is_none() {
                 match tokio::time::timeout(connect_wait, client.get_async_connection()).await {
                     Ok(Ok(c)) => {
-                        let _ = conn.set(c);
+                        *conn.write() = Some(c);
                     }
                     Ok(Err(e)) => return Err(e.to_string()),
                     Err(_) => return Err("connect timed out".into()),
@@ -425,6 +466,7 @@ impl Shared {
                 self.breaker.probe_failed();
                 self.metrics.breaker.set(State::Open as i64);
                 self.report(&why);
+                self.renew();
             }
         }
     }
