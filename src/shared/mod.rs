@@ -60,6 +60,8 @@ pub enum SharedError {
 /// reconnects when a connection fails, not when it falls silent (a network partition, a NAT that
 /// forgot the flow, a server that announced a reply and never sent it), and such a connection
 /// would otherwise keep the breaker open for as long as TCP takes to notice, minutes.
+// One per gateway: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 enum Link {
     Single {
         client: redis::Client,
