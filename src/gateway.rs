@@ -183,7 +183,10 @@ pub async fn assemble(
             SharedCache::new(
                 s,
                 config.cache.shared_ttl,
-                config.limits.response_bytes,
+                config
+                    .cache
+                    .shared_max_bytes
+                    .min(config.limits.response_bytes),
                 &metrics,
             )
         });

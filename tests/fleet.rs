@@ -489,3 +489,50 @@ async fn health_says_redis_up_then_down_and_stays_200() {
     }
     fleet.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_or_foreign_typed_shared_values_are_refused_unread() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::start(2, 1, SLOW_CHAIN, &redis.redis_toml(), |_, _| {}).await;
+    for h in 1..=3 {
+        assert!(is_result(&block(&fleet, 0, h).await));
+    }
+    // A's writes follow its answers.
+    let start = Instant::now();
+    let keys = loop {
+        let keys = redis.keys("snowgate:*:c:*");
+        if keys.len() >= 3 || start.elapsed() > Duration::from_secs(5) {
+            break keys;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(keys.len(), 3, "A shared three answers");
+    // Someone plants a 100 MB string under one key, a hash and a list under the others.
+    redis.command(&[b"SETRANGE", &keys[0], b"104857599", b"x"]);
+    redis.command(&[b"DEL", &keys[1]]);
+    redis.command(&[b"HSET", &keys[1], b"f", b"v"]);
+    redis.command(&[b"DEL", &keys[2]]);
+    redis.command(&[b"RPUSH", &keys[2], b"v"]);
+    let before = fleet.calls("platform.getBlockByHeight");
+    for h in 1..=3 {
+        let r = block(&fleet, 1, h).await;
+        assert!(is_result(&r), "{}", r.body);
+        assert_eq!(x_cache(&r), "MISS", "height {h}");
+    }
+    assert_eq!(fleet.calls("platform.getBlockByHeight"), before + 3);
+    let m = fleet.metrics(1).await;
+    assert_eq!(
+        metric(&m, r#"snowgate_shared_cache_total{result="rejected"}"#),
+        3.0,
+        "{m}"
+    );
+    // Refused unread: no error, no timeout, the breaker stays closed.
+    for series in [
+        r#"snowgate_redis_errors_total{kind="error",op="cache_get"}"#,
+        r#"snowgate_redis_errors_total{kind="timeout",op="cache_get"}"#,
+    ] {
+        assert_eq!(metric(&m, series), 0.0, "{series}\n{m}");
+    }
+    assert_eq!(metric(&m, "snowgate_redis_up"), 1.0);
+    fleet.shutdown().await;
+}

@@ -20,8 +20,11 @@
 //! on purpose: such a writer can compute it. Redis must be as trusted as the nodes (see the
 //! README's "Running a fleet").
 //!
-//! A value is read with `GETRANGE` up to the largest value this instance would ever write, so a
-//! huge value planted in Redis costs a read of at most that much.
+//! Answers larger than `[cache] shared_max_bytes` (1 MiB) are not shared: they stay in each
+//! instance's memory. A value is read by a small script that checks its length first, so a value
+//! larger than any this instance writes (or not a string at all) is refused without being copied
+//! out of Redis, and a large transfer never holds up the quota scripts on the same connection for
+//! long.
 //!
 //! Format: `[VERSION][kind][full key length, u32 big-endian][full key][digest][answer]`; the Redis
 //! key is `{key_prefix}{network ID}:c:{first 32 hex digits of SHA-256 of the canonical key}`.
@@ -157,13 +160,26 @@ pub fn max_value(key_len: usize, max_answer: usize) -> usize {
     HEADER + key_len + DIGEST_LEN + max_answer
 }
 
+/// Reads one value, unless it is larger than `ARGV[1]` bytes (answers -1) or not a string (-2):
+/// neither is copied out of Redis, so a huge or foreign value planted under a key costs nothing.
+/// One key: safe on a Redis Cluster.
+const READ: &str = r"
+local n = redis.pcall('STRLEN', KEYS[1])
+if type(n) ~= 'number' then return -2 end
+if n == 0 then return false end
+if n > tonumber(ARGV[1]) then return -1 end
+return redis.call('GET', KEYS[1])
+";
+
 /// The cache's handle on the shared tier.
 pub struct SharedCache {
     shared: Arc<Shared>,
     /// How long Redis keeps an immutable answer (`[cache] shared_ttl`).
     pub immutable_ttl: Duration,
-    /// The largest answer a node may give (`[limits] response_bytes`): nothing larger is read.
+    /// The largest answer kept in Redis (`[cache] shared_max_bytes`): nothing larger is written
+    /// or read.
     max_answer: usize,
+    read: redis::Script,
     writes: Arc<Semaphore>,
     lookups: IntCounterVec,
     written: IntCounterVec,
@@ -198,7 +214,7 @@ impl SharedCache {
             Opts::new(
                 "snowgate_shared_writes_total",
                 "Answers written to the shared cache tier, by result: written, dropped (Redis \
-                 down or the write budget spent), failed",
+                 down or the write budget spent), too_large (over shared_max_bytes), failed",
             ),
             &["result"],
         )
@@ -209,6 +225,7 @@ impl SharedCache {
             shared,
             immutable_ttl,
             max_answer,
+            read: redis::Script::new(READ),
             writes: Arc::new(Semaphore::new(WRITE_BUDGET)),
             lookups,
             written,
@@ -232,11 +249,17 @@ impl SharedCache {
         };
         let key = redis_key(network, canonical);
         let limit = max_value(network.len() + canonical.len(), self.max_answer);
-        // One byte past the largest acceptable value: a longer one is refused unread.
-        let mut cmd = redis::cmd("GETRANGE");
-        cmd.arg(&key).arg(0).arg(limit);
-        let value: Vec<u8> = match self.shared.query("cache_get", &cmd).await {
-            Ok(v) => v,
+        let mut read = self.read.key(&key);
+        read.arg(limit);
+        let value = match self.shared.invoke::<redis::Value>("cache_get", &read).await {
+            Ok(redis::Value::BulkString(v)) => v,
+            Ok(redis::Value::Nil) => Vec::new(),
+            Ok(other) => {
+                // -1: larger than any value this instance writes; -2: not a string.
+                self.count("rejected");
+                tracing::warn!(answer = ?other, "shared cache: a value too large or of another type, ignored unread");
+                return Found::Nothing;
+            }
             Err(SharedError::Unavailable) => {
                 self.count("skipped");
                 return Found::Nothing;
@@ -287,6 +310,11 @@ impl SharedCache {
             self.written.with_label_values(&["dropped"]).inc();
             return;
         };
+        if payload.len() > self.max_answer {
+            // Larger answers stay in each instance's memory only.
+            self.written.with_label_values(&["too_large"]).inc();
+            return;
+        }
         let value = encode(network, canonical, AnswerKind::Result, payload);
         let Some(permit) = u32::try_from(value.len())
             .ok()

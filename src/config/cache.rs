@@ -30,6 +30,8 @@ pub struct CacheConfig {
     /// head-class answers keep `head_ttl` there too.
     #[serde(with = "humantime_serde")]
     pub shared_ttl: Duration,
+    /// Answers larger than this stay in each instance's memory, never in Redis.
+    pub shared_max_bytes: usize,
 }
 
 impl Default for CacheConfig {
@@ -42,6 +44,7 @@ impl Default for CacheConfig {
             volatile_ttl: Duration::from_secs(1),
             shared: None,
             shared_ttl: Duration::from_secs(7 * 24 * 3600),
+            shared_max_bytes: 1024 * 1024,
         }
     }
 }
@@ -62,6 +65,12 @@ impl CacheConfig {
             if ttl.is_zero() {
                 return invalid(key, "must be greater than zero");
             }
+        }
+        if !(1024..=512 * 1024 * 1024).contains(&self.shared_max_bytes) {
+            return invalid(
+                "cache.shared_max_bytes",
+                "must be between 1 KiB and 512 MiB",
+            );
         }
         // Redis expiries are whole milliseconds.
         if self.shared_ttl < Duration::from_millis(1) {
