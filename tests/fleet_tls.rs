@@ -42,18 +42,11 @@ fn private_ca() -> (String, String, String) {
 
 impl TlsRedis {
     fn start(cert: &str, key: &str) -> TlsRedis {
-        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("sg-redis-tls-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = support::temp_dir("redis-tls");
         std::fs::write(dir.join("cert.pem"), cert).unwrap();
         std::fs::write(dir.join("key.pem"), key).unwrap();
         for _ in 0..5 {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
+            let port = support::free_port();
             let child = Command::new("redis-server")
                 .args(["--port", "0", "--bind", "127.0.0.1"])
                 .args(["--tls-port", &port.to_string()])

@@ -7,10 +7,12 @@
 //! limiter against spoofing through exactly these proxies, so skipping them would hide a regression.
 #![allow(dead_code, clippy::unwrap_used)]
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::support::{free_port, temp_dir};
 
 /// What installs the proxies on Debian (and what `.ci/run` does).
 pub const INSTALL: &str = "apt-get install -y nginx-light haproxy";
@@ -185,30 +187,4 @@ fn find(name: &str) -> PathBuf {
 fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
-/// A port free a moment ago on 127.0.0.1, for a proxy's `listen` line.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A fresh directory under the system's temp dir.
-fn temp_dir(what: &str) -> PathBuf {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or_default();
-    let dir = std::env::temp_dir().join(format!(
-        "snowgate-{what}-{}-{}-{nanos}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }

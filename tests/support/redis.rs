@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::{free_port, temp_dir};
+
 /// How to get `redis-server` and `redis-cli` on this machine.
 pub const INSTALL: &str =
     "run `bash .ci/test` (it installs them), or `apt-get install -y redis-server`";
@@ -541,31 +543,6 @@ fn find(name: &str) -> PathBuf {
         }
     }
     panic!("{name} is not installed: {INSTALL}");
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A fresh directory under the system's temp dir (short: a unix socket path has at most 107 bytes).
-fn temp_dir(what: &str) -> PathBuf {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or_default();
-    let dir = std::env::temp_dir().join(format!(
-        "sg-{what}-{}-{}-{nanos}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 /// What the fleet scenarios need of the shared tier, whether one server or a cluster: the
