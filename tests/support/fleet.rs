@@ -11,12 +11,12 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use snowgate::config::{Config, UpstreamConfig};
-use snowgate::devnode::{ChainConfig, DevNode, DevNodeConfig, Network};
+use snowgate::config::Config;
+use snowgate::devnode::{DevNode, Network};
 use snowgate::Gateway;
 
 use super::redis::SharedRedis;
-use super::{client, eventually, post_with, Reply, ADMIN_KEY};
+use super::{client, eventually, post_with, Reply};
 
 /// A chain that does not move during a test: immutable and head answers stay what they were.
 pub const SLOW_CHAIN: Duration = Duration::from_secs(60);
@@ -61,47 +61,13 @@ impl Fleet {
         toml: &str,
         tweak: impl Fn(usize, &mut Config),
     ) -> Fleet {
-        let network = Network::start(ChainConfig {
-            network_id,
-            seed: 1,
-            block_interval,
-        });
-        let mut devnodes = Vec::new();
-        for i in 0..nodes {
-            let node = DevNode::spawn_in(
-                network.clone(),
-                DevNodeConfig {
-                    node_index: i as u32,
-                    network_id,
-                    block_interval,
-                    ..Default::default()
-                },
-            )
-            .await
-            .unwrap();
-            devnodes.push(node);
-        }
+        let (network, devnodes) = super::devnodes(network_id, nodes, block_interval).await;
         let base = Config::from_toml(toml, "the fleet test's config")
             .unwrap_or_else(|e| panic!("{e}\n--- config:\n{toml}"));
         let mut gateways = Vec::new();
         for i in 0..instances {
             let mut config = base.clone();
-            config.server.listen = "127.0.0.1:0".parse().unwrap();
-            config.upstreams = devnodes
-                .iter()
-                .enumerate()
-                .map(|(i, n)| UpstreamConfig {
-                    name: format!("node-{i}"),
-                    url: n.url(),
-                })
-                .collect();
-            config.admin.api_keys = vec![ADMIN_KEY.to_string()];
-            // As in `Cluster`: a check may take its whole interval on a loaded machine.
-            config.health.interval = Duration::from_millis(200);
-            config.health.timeout = Duration::from_millis(200);
-            // The tests make many calls from one address; the quota tests turn it back on.
-            config.rate_limit.enabled = false;
-            config.limits.max_connections_per_ip = 10_000;
+            super::test_gateway(&mut config, &devnodes);
             tweak(i, &mut config);
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let gateway = Gateway::start_on(config, listener)

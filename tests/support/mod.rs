@@ -22,6 +22,58 @@ pub struct Cluster {
     pub gateway: Gateway,
 }
 
+/// A simulated network `network_id` (seed 1) and `n` devnodes of it (node indexes 0..n).
+pub async fn devnodes(
+    network_id: u32,
+    n: usize,
+    block_interval: Duration,
+) -> (Network, Vec<DevNode>) {
+    let network = Network::start(ChainConfig {
+        network_id,
+        seed: 1,
+        block_interval,
+    });
+    let mut nodes = Vec::new();
+    for i in 0..n {
+        let node = DevNode::spawn_in(
+            network.clone(),
+            DevNodeConfig {
+                node_index: i as u32,
+                network_id,
+                block_interval,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        nodes.push(node);
+    }
+    (network, nodes)
+}
+
+/// The settings every test gateway starts from: `nodes` as its upstreams (`node-0`, ...), listening
+/// on 127.0.0.1:0, the test admin key, and limits the tests do not trip by accident.
+pub fn test_gateway(config: &mut Config, nodes: &[DevNode]) {
+    config.server.listen = "127.0.0.1:0".parse().unwrap();
+    config.upstreams = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| UpstreamConfig {
+            name: format!("node-{i}"),
+            url: n.url(),
+        })
+        .collect();
+    config.admin.api_keys = vec![ADMIN_KEY.to_string()];
+    // A check may take its whole interval (timeout <= interval, as validate requires): on a
+    // loaded CI machine a devnode's answer can take tens of milliseconds.
+    config.health.interval = Duration::from_millis(200);
+    config.health.timeout = Duration::from_millis(200);
+    // The tests make many calls from one address; the rate-limit tests turn it back on.
+    config.rate_limit.enabled = false;
+    // Likewise for the per-address connection cap; its own tests set it.
+    config.limits.max_connections_per_ip = 10_000;
+}
+
 impl Cluster {
     /// `n` devnodes (blocks every `block_interval`) behind a gateway; `tweak` adjusts the config.
     pub async fn start(
@@ -29,44 +81,9 @@ impl Cluster {
         block_interval: Duration,
         tweak: impl FnOnce(&mut Config),
     ) -> Cluster {
-        let network = Network::start(ChainConfig {
-            network_id: 12345,
-            seed: 1,
-            block_interval,
-        });
-        let mut nodes = Vec::new();
-        for i in 0..n {
-            let node = DevNode::spawn_in(
-                network.clone(),
-                DevNodeConfig {
-                    node_index: i as u32,
-                    block_interval,
-                    ..Default::default()
-                },
-            )
-            .await
-            .unwrap();
-            nodes.push(node);
-        }
+        let (network, nodes) = devnodes(12345, n, block_interval).await;
         let mut config = Config::default();
-        config.server.listen = "127.0.0.1:0".parse().unwrap();
-        config.upstreams = nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| UpstreamConfig {
-                name: format!("node-{i}"),
-                url: n.url(),
-            })
-            .collect();
-        config.admin.api_keys = vec![ADMIN_KEY.to_string()];
-        // A check may take its whole interval (timeout <= interval, as validate requires): on a
-        // loaded CI machine a devnode's answer can take tens of milliseconds.
-        config.health.interval = Duration::from_millis(200);
-        config.health.timeout = Duration::from_millis(200);
-        // The tests make many calls from one address; the rate-limit tests turn it back on.
-        config.rate_limit.enabled = false;
-        // Likewise for the per-address connection cap; its own tests set it.
-        config.limits.max_connections_per_ip = 10_000;
+        test_gateway(&mut config, &nodes);
         tweak(&mut config);
         let gateway = Gateway::start(config).await.unwrap();
         Cluster {
