@@ -619,47 +619,6 @@ struct CpuCase {
     leases: [f64; 3],
 }
 
-/// The wrk script of the many-clients load: the bodies of `$SNOWGATE_BODIES` as `mix.lua` reads
-/// them, each request from one of `$SNOWGATE_CLIENTS` addresses in `X-Forwarded-For` (16,384
-/// requests built at start, picked at random: wrk's cost per request stays a table lookup).
-const MANY_CLIENTS_LUA: &str = r#"
-local file = os.getenv("SNOWGATE_BODIES")
-local clients = tonumber(os.getenv("SNOWGATE_CLIENTS"))
-local requests = {}
-local count = 0
-
-function init(args)
-  math.randomseed(1)
-  local bodies = {}
-  for line in io.lines(file) do
-    local path, body = line:match("^([^\t]+)\t(.+)$")
-    if path then
-      bodies[#bodies + 1] = { path, body }
-    end
-  end
-  assert(#bodies > 0, "no request bodies in " .. tostring(file))
-  for i = 1, 16384 do
-    local b = bodies[math.random(#bodies)]
-    local c = math.random(clients) - 1
-    local ip = string.format("10.%d.%d.%d", math.floor(c / 65536) % 256, math.floor(c / 256) % 256, c % 256)
-    requests[i] = wrk.format("POST", b[1], { ["Content-Type"] = "application/json", ["X-Forwarded-For"] = ip }, b[2])
-  end
-  count = #requests
-end
-
-function request()
-  return requests[math.random(count)]
-end
-
-function done(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format(
-    "WRK_RESULT requests=%d duration_us=%d errors=%d status_errors=%d p50_us=%d p90_us=%d p99_us=%d mean_us=%.1f max_us=%d\n",
-    summary.requests, summary.duration, e.connect + e.read + e.write + e.timeout, e.status,
-    latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.mean, latency.max))
-end
-"#;
-
 /// Part 2: cache-hit CPU per request with global quotas against local quotas, for one client
 /// (the main table's raised quota) and for [`MANY_CLIENTS`] clients behind a trusted proxy (the
 /// shipped default quota, 50 units/s, which the load leaves each of them well under), in
@@ -677,8 +636,6 @@ fn hit_cpu(
 ) -> Result<Vec<CpuCase>, String> {
     let mix_file = b.dir.join("fleet-mix.txt");
     write_bodies(&mix_file, mix)?;
-    let lua = b.dir.join("fleet-clients.lua");
-    std::fs::write(&lua, MANY_CLIENTS_LUA).map_err(|e| format!("{}: {e}", lua.display()))?;
     let bodies_env = ("SNOWGATE_BODIES", mix_file.display().to_string());
     let mut cases = Vec::new();
     for many in [false, true] {
@@ -722,16 +679,15 @@ fn hit_cpu(
                 ));
             }
         }
-        let (script, env) = if many {
-            (
-                lua.clone(),
-                vec![
-                    bodies_env.clone(),
-                    ("SNOWGATE_CLIENTS", MANY_CLIENTS.to_string()),
-                ],
-            )
+        // mix.lua, with $SNOWGATE_CLIENTS: each request from one of that many addresses.
+        let script = script_path("mix.lua");
+        let env = if many {
+            vec![
+                bodies_env.clone(),
+                ("SNOWGATE_CLIENTS", MANY_CLIENTS.to_string()),
+            ]
         } else {
-            (script_path("mix.lua"), vec![bodies_env.clone()])
+            vec![bodies_env.clone()]
         };
         let before = leases(&b.metrics(&g_url));
         let mut runs: [Vec<Measured>; 2] = [Vec::new(), Vec::new()];

@@ -4,23 +4,41 @@
 --
 -- The requests are built once at start, so the per-request cost inside wrk is a table lookup: the
 -- load generator does the same small amount of work for every contestant.
+--
+-- With $SNOWGATE_CLIENTS = N, 16,384 requests are built instead, each a random body from one of N
+-- addresses in X-Forwarded-For (10.x.y.z): many clients behind a trusted proxy (the fleet
+-- section's global quotas).
 
 local file = os.getenv("SNOWGATE_BODIES")
+local clients = tonumber(os.getenv("SNOWGATE_CLIENTS") or "")
 local requests = {}
 local count = 0
 
 -- Built in init(), once wrk has set its Host header (wrk.format copies it into each request).
 function init(args)
   math.randomseed(1)
-  local headers = { ["Content-Type"] = "application/json" }
+  local bodies = {}
   for line in io.lines(file) do
     local path, body = line:match("^([^\t]+)\t(.+)$")
     if path then
-      requests[#requests + 1] = wrk.format("POST", path, headers, body)
+      bodies[#bodies + 1] = { path, body }
+    end
+  end
+  assert(#bodies > 0, "no request bodies in " .. tostring(file))
+  if clients then
+    for i = 1, 16384 do
+      local b = bodies[math.random(#bodies)]
+      local c = math.random(clients) - 1
+      local ip = string.format("10.%d.%d.%d", math.floor(c / 65536) % 256, math.floor(c / 256) % 256, c % 256)
+      requests[i] = wrk.format("POST", b[1], { ["Content-Type"] = "application/json", ["X-Forwarded-For"] = ip }, b[2])
+    end
+  else
+    local headers = { ["Content-Type"] = "application/json" }
+    for _, b in ipairs(bodies) do
+      requests[#requests + 1] = wrk.format("POST", b[1], headers, b[2])
     end
   end
   count = #requests
-  assert(count > 0, "no request bodies in " .. tostring(file))
 end
 
 function request()
