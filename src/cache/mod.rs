@@ -595,13 +595,12 @@ where
             ran.store(true, Ordering::Relaxed);
             let shared = cache.shared.as_ref().filter(|_| shares(call.spec.cache));
             if let Some(tier) = shared {
+                // The rules a node's answer meets: a value they would not keep is not served.
                 let accept = |payload: &[u8]| {
-                    rules::lifetime(call, AnswerKind::Result, payload, &cache.ttls).is_some()
+                    rules::lifetime(call, AnswerKind::Result, payload, &cache.ttls)
                 };
-                if let shared::Found::Answer(payload) = tier.lookup(key, accept).await {
+                if let Some((payload, ttl)) = tier.lookup(key, accept).await {
                     from_shared.store(true, Ordering::Relaxed);
-                    let ttl = rules::lifetime(call, AnswerKind::Result, &payload, &cache.ttls)
-                        .unwrap_or(None);
                     let entry = Entry::new(key, AnswerKind::Result, &payload, call.spec.index, ttl);
                     return Ok(entry);
                 }

@@ -185,14 +185,6 @@ pub struct SharedCache {
     written: IntCounterVec,
 }
 
-/// What a lookup in Redis found.
-pub enum Found {
-    /// A value that passed every check: the answer.
-    Answer(bytes::Bytes),
-    /// Nothing usable (missing, rejected, Redis down or slow): ask a node.
-    Nothing,
-}
-
 impl SharedCache {
     pub fn new(
         shared: Arc<Shared>,
@@ -236,16 +228,22 @@ impl SharedCache {
         self.lookups.with_label_values(&[result]).inc();
     }
 
-    /// Looks `canonical` up in Redis (at most `[redis] timeout`). `accept` applies the cache rules
-    /// to a decoded answer (a value they would not keep is rejected like a corrupted one).
-    pub async fn lookup(&self, canonical: &str, accept: impl FnOnce(&[u8]) -> bool) -> Found {
+    /// Looks `canonical` up in Redis (at most `[redis] timeout`): the answer, and what `accept`
+    /// made of it. `accept` applies the cache rules to a decoded answer (`None`: they would not
+    /// keep it, and it is rejected like a corrupted value). `None` when there is nothing usable
+    /// (missing, rejected, Redis down or slow): ask a node.
+    pub async fn lookup<T>(
+        &self,
+        canonical: &str,
+        accept: impl FnOnce(&[u8]) -> Option<T>,
+    ) -> Option<(bytes::Bytes, T)> {
         let Some(network) = self
             .shared
             .network_prefix()
             .filter(|_| self.shared.available())
         else {
             self.count("skipped");
-            return Found::Nothing;
+            return None;
         };
         let key = redis_key(network, canonical);
         let limit = max_value(network.len() + canonical.len(), self.max_answer);
@@ -258,43 +256,45 @@ impl SharedCache {
                 // -1: larger than any value this instance writes; -2: not a string.
                 self.count("rejected");
                 tracing::warn!(answer = ?other, "shared cache: a value too large or of another type, ignored unread");
-                return Found::Nothing;
+                return None;
             }
             Err(SharedError::Unavailable) => {
                 self.count("skipped");
-                return Found::Nothing;
+                return None;
             }
             Err(_) => {
                 self.count("error");
-                return Found::Nothing;
+                return None;
             }
         };
         if value.is_empty() {
             self.count("miss");
-            return Found::Nothing;
+            return None;
         }
         if value.len() > limit {
             self.count("rejected");
             tracing::warn!("shared cache: a value larger than any answer, ignored");
-            return Found::Nothing;
+            return None;
         }
         match decode(&value, network, canonical, self.max_answer) {
-            Ok(answer) if accept(answer) => {
-                self.count("hit");
-                Found::Answer(bytes::Bytes::copy_from_slice(answer))
-            }
-            Ok(_) => {
-                self.count("rejected");
-                tracing::warn!("shared cache: a value the cache rules would not keep, ignored");
-                Found::Nothing
-            }
+            Ok(answer) => match accept(answer) {
+                Some(verdict) => {
+                    self.count("hit");
+                    Some((bytes::Bytes::copy_from_slice(answer), verdict))
+                }
+                None => {
+                    self.count("rejected");
+                    tracing::warn!("shared cache: a value the cache rules would not keep, ignored");
+                    None
+                }
+            },
             Err(why) => {
                 self.count("rejected");
                 tracing::warn!(
                     ?why,
                     "shared cache: a value that failed its checks, ignored"
                 );
-                Found::Nothing
+                None
             }
         }
     }
