@@ -92,6 +92,7 @@ async fn front() -> (Arc<Stack>, DevNode) {
         upstreams: vec![UpstreamConfig {
             name: "devnode".into(),
             url: node.url(),
+            ..Default::default()
         }],
         ..Config::default()
     };

@@ -46,6 +46,7 @@ pub fn serve_config(args: &ServeArgs) -> anyhow::Result<Config> {
             .map(|(i, url)| UpstreamConfig {
                 name: format!("upstream-{}", i + 1),
                 url: url.clone(),
+                ..Default::default()
             })
             .collect();
     }

@@ -67,6 +67,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         .map(|(n, name)| UpstreamConfig {
             name: name.to_string(),
             url: n.url(),
+            ..Default::default()
         })
         .collect();
     config.admin.api_keys = vec![DEMO_ADMIN_KEY.to_string()];

@@ -72,6 +72,7 @@ async fn a_coalesced_miss_completes_for_its_waiters_when_its_first_client_leaves
     config.upstreams = vec![snowgate::config::UpstreamConfig {
         name: "slow".into(),
         url: format!("http://{node}"),
+        ..Default::default()
     }];
     let gw = snowgate::Gateway::start(config).await.unwrap();
     assert!(

@@ -296,6 +296,7 @@ async fn garbage_from_a_node_is_a_502_and_a_failure() {
     config.upstreams = vec![snowgate::config::UpstreamConfig {
         name: "liar".into(),
         url: format!("http://{addr}"),
+        ..Default::default()
     }];
     let gw = snowgate::Gateway::start(config).await.unwrap();
     // Taken out after `health.passive_failures` (5) bad answers in a row, not after one.
@@ -400,10 +401,12 @@ async fn a_not_found_below_the_best_height_is_retried_elsewhere() {
         snowgate::config::UpstreamConfig {
             name: "amnesiac".into(),
             url: format!("http://{addr}"),
+            ..Default::default()
         },
         snowgate::config::UpstreamConfig {
             name: "real".into(),
             url: real.url(),
+            ..Default::default()
         },
     ];
     let gw = snowgate::Gateway::start(config).await.unwrap();

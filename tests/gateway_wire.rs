@@ -277,6 +277,7 @@ async fn the_error_table() {
     config.upstreams = vec![snowgate::config::UpstreamConfig {
         name: "gone".into(),
         url: dead_url,
+        ..Default::default()
     }];
     let gw = snowgate::Gateway::start(config).await.unwrap();
     let r = post(

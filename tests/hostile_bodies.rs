@@ -195,6 +195,7 @@ async fn recording_gateway() -> (
     config.upstreams = vec![snowgate::config::UpstreamConfig {
         name: "recorder".into(),
         url: format!("http://{addr}"),
+        ..Default::default()
     }];
     let limit = config.limits.body_bytes;
     let gw = snowgate::Gateway::start(config).await.unwrap();

@@ -99,6 +99,7 @@ impl Hostile {
         UpstreamConfig {
             name: name.into(),
             url: format!("http://{}", self.addr),
+            ..Default::default()
         }
     }
 }
@@ -203,6 +204,7 @@ async fn the_pool_serves_again_when_the_highest_node_leaves() {
         UpstreamConfig {
             name: "real".into(),
             url: real.url(),
+            ..Default::default()
         },
         high.upstream("high"),
     ]);
@@ -504,6 +506,7 @@ async fn node_addresses_and_node_bodies_never_reach_the_public_or_the_logs() {
         UpstreamConfig {
             name: "gone".into(),
             url: format!("http://{gone_addr}"),
+            ..Default::default()
         },
     ]);
     cfg.upstream.max_attempts = 1;
@@ -683,6 +686,7 @@ async fn an_unsolicited_answer_on_a_kept_alive_connection_is_never_taken_for_the
     let mut cfg = config(vec![UpstreamConfig {
         name: "forger".into(),
         url: format!("http://{addr}"),
+        ..Default::default()
     }]);
     cfg.health.interval = Duration::from_secs(60);
     let gw = snowgate::Gateway::start(cfg).await.unwrap();

@@ -185,6 +185,7 @@ async fn liveness_answers_200_while_no_node_can_serve() {
         c.upstreams = vec![snowgate::config::UpstreamConfig {
             name: "down".into(),
             url,
+            ..Default::default()
         }];
     })
     .await;

@@ -167,6 +167,7 @@ async fn gateway(
     config.upstreams = vec![snowgate::config::UpstreamConfig {
         name: "raw".into(),
         url: format!("http://{addr}"),
+        ..Default::default()
     }];
     tweak(&mut config);
     snowgate::Gateway::start(config).await.unwrap()

@@ -9,36 +9,112 @@ use serde::Deserialize;
 
 use super::{invalid, ConfigError};
 
-/// One `[[upstreams]]` table: a node behind the gateway.
-#[derive(Debug, Clone, Deserialize)]
+/// One `[[upstreams]]` table: a node behind the gateway, or an RPC provider's endpoint.
+#[derive(Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamConfig {
     /// A short name used in metrics, logs, `/ext/health` and `X-Snowgate-Upstream`.
     pub name: String,
-    /// The node's base URL, e.g. `http://10.0.0.5:9650` (scheme, host and port only).
+    /// The base URL: `http://10.0.0.5:9650`, or a provider's `http://user:pass@host:port/v1/KEY`
+    /// (a path prefix before `/ext/...`, and Basic auth from the credentials). Never shown with
+    /// its credentials or path.
     pub url: String,
+    /// Extra request headers (`{ "x-api-key" = "${PROVIDER_KEY}" }`); `${VAR}` is read from the
+    /// environment. Values are never shown.
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// The `Host` header to send instead of the URL's host and port.
+    #[serde(default)]
+    pub host_header: Option<String>,
+    /// The info API's path instead of `{prefix}/ext/info`.
+    #[serde(default)]
+    pub info_path: Option<String>,
+    /// The P-chain API's path instead of `{prefix}/ext/bc/P`.
+    #[serde(default)]
+    pub platform_path: Option<String>,
 }
 
-/// Checks a node base URL: `http://host:port` with no path, query or credentials. Returns the
-/// authority to send requests to. The port is required: an avalanchego node listens on 9650, not
-/// on HTTP's 80, so a URL without one is almost surely a mistake.
-pub fn parse_base_url(url: &str) -> Result<http::uri::Authority, String> {
-    let uri: Uri = url.parse().map_err(|e| format!("not a URL: {e}"))?;
+impl std::fmt::Debug for UpstreamConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamConfig")
+            .field("name", &self.name)
+            .field("url", &"[not shown: may hold a key or a password]")
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("host_header", &self.host_header)
+            .field("info_path", &self.info_path.as_ref().map(|_| "[not shown]"))
+            .field(
+                "platform_path",
+                &self.platform_path.as_ref().map(|_| "[not shown]"),
+            )
+            .finish()
+    }
+}
+
+/// A node's base URL, read: where to connect, what to prefix paths with, and Basic auth.
+#[derive(Clone)]
+pub struct BaseUrl {
+    /// `host:port` (no credentials).
+    pub authority: http::uri::Authority,
+    /// The path before `/ext/...`, without a trailing slash (`""` for none).
+    pub prefix: String,
+    /// `user:password` from the URL, percent-decoded, for `Authorization: Basic`.
+    pub credentials: Option<String>,
+}
+
+impl std::fmt::Debug for BaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BaseUrl")
+            .field("authority", &self.authority)
+            .field("prefix", &"[not shown]")
+            .field(
+                "credentials",
+                &self.credentials.as_ref().map(|_| "[not shown]"),
+            )
+            .finish()
+    }
+}
+
+/// Headers snowgate writes itself: an upstream's `headers` may not set them.
+const OWN_HEADERS: &[&str] = &[
+    "host",
+    "content-type",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+];
+
+/// Checks a node base URL: `http://[user:pass@]host:port[/prefix]`, no query or fragment. The
+/// port is required: an avalanchego node listens on 9650, not on HTTP's 80, so a URL without one
+/// is almost surely a mistake. Errors never quote the URL (it may hold a key).
+pub fn parse_base_url(url: &str) -> Result<BaseUrl, String> {
+    let uri: Uri = url.parse().map_err(|_| "not a URL".to_string())?;
     match uri.scheme_str() {
         Some("http") => {}
         Some(other) => return Err(format!("scheme {other:?} is not supported (use http)")),
         None => return Err("missing scheme (use http://host:port)".into()),
     }
-    let authority = uri.authority().cloned().ok_or("missing host")?;
+    let full = uri.authority().cloned().ok_or("missing host")?;
+    let (credentials, hostport) = match full.as_str().rsplit_once('@') {
+        Some((userinfo, hostport)) => (Some(percent_decode(userinfo)?), hostport),
+        None => (None, full.as_str()),
+    };
+    let authority: http::uri::Authority = hostport
+        .parse()
+        .map_err(|_| "the host is not valid".to_string())?;
     // What the pool's connections send as the Host header.
     if authority.as_str().bytes().any(|b| !b.is_ascii_graphic()) {
         return Err("the host must be printable ASCII".into());
     }
-    if authority.as_str().contains('@') {
-        return Err("credentials in the URL are not supported".into());
+    if uri.query().is_some() {
+        return Err("a base URL takes no query (put keys in the path or in headers)".into());
     }
-    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
-        return Err("give the node's base URL only (no path or query)".into());
+    let prefix = uri.path().trim_end_matches('/').to_string();
+    // Every avalanchego API lives under /ext/: a base URL naming one is a mistake that would send
+    // `/ext/bc/P/ext/info`.
+    if prefix.split('/').any(|segment| segment == "ext") {
+        return Err(
+            "give the node's base URL, without /ext/... (snowgate adds the API paths)".into(),
+        );
     }
     match authority.port_u16() {
         None => {
@@ -48,7 +124,117 @@ pub fn parse_base_url(url: &str) -> Result<http::uri::Authority, String> {
         Some(0) => return Err("port 0 is not a port a node listens on".into()),
         Some(_) => {}
     }
-    Ok(authority)
+    Ok(BaseUrl {
+        authority,
+        prefix,
+        credentials,
+    })
+}
+
+/// `%XX` escapes of a URL's user information, decoded.
+fn percent_decode(s: &str) -> Result<String, String> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut bytes = s.bytes();
+    while let Some(b) = bytes.next() {
+        if b == b'%' {
+            let hex = [bytes.next(), bytes.next()];
+            let digit = |d: Option<u8>| (d? as char).to_digit(16);
+            match (digit(hex[0]), digit(hex[1])) {
+                (Some(h), Some(l)) => out.push((h * 16 + l) as u8),
+                _ => return Err("invalid %-escape in the URL's credentials".into()),
+            }
+        } else {
+            out.push(b);
+        }
+    }
+    String::from_utf8(out).map_err(|_| "the URL's credentials are not UTF-8".into())
+}
+
+/// `${NAME}` in `value` replaced by the environment's `NAME`; the error names the variable, never
+/// the value.
+pub fn expand_env(value: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after.find('}').ok_or("an unclosed ${ in a header value")?;
+        let name = &after[..end];
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err("${...} must name an environment variable (letters, digits, _)".into());
+        }
+        let var =
+            std::env::var(name).map_err(|_| format!("environment variable {name} is not set"))?;
+        out.push_str(&var);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+impl UpstreamConfig {
+    /// The extra headers to send, `${VAR}`s expanded, checked; the error names the header, never
+    /// its value.
+    pub fn request_headers(&self) -> Result<Vec<(http::HeaderName, http::HeaderValue)>, String> {
+        self.headers
+            .iter()
+            .map(|(name, value)| {
+                let header = http::HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|_| format!("{name:?} is not a header name"))?;
+                if OWN_HEADERS.contains(&header.as_str()) {
+                    return Err(format!(
+                        "{name:?} is set by snowgate (use host_header for Host)"
+                    ));
+                }
+                let value = expand_env(value).map_err(|e| format!("header {name:?}: {e}"))?;
+                let value = http::HeaderValue::from_str(&value)
+                    .map_err(|_| format!("header {name:?}: not a valid header value"))?;
+                Ok((header, value))
+            })
+            .collect()
+    }
+
+    /// The paths of the info and P-chain APIs on this upstream.
+    pub fn api_paths(&self, base: &BaseUrl) -> (String, String) {
+        (
+            self.info_path
+                .clone()
+                .unwrap_or_else(|| format!("{}/ext/info", base.prefix)),
+            self.platform_path
+                .clone()
+                .unwrap_or_else(|| format!("{}/ext/bc/P", base.prefix)),
+        )
+    }
+
+    fn validate(&self, key: &str) -> Result<(), ConfigError> {
+        let base = match parse_base_url(&self.url) {
+            Ok(b) => b,
+            Err(msg) => return invalid(format!("{key}.url"), msg),
+        };
+        if let Err(msg) = self.request_headers() {
+            return invalid(format!("{key}.headers"), msg);
+        }
+        if let Some(h) = &self.host_header {
+            if h.is_empty() || h.bytes().any(|b| !b.is_ascii_graphic()) {
+                return invalid(format!("{key}.host_header"), "must be printable ASCII");
+            }
+        }
+        for (which, path) in [
+            ("info_path", &self.info_path),
+            ("platform_path", &self.platform_path),
+        ] {
+            if let Some(p) = path {
+                if !p.starts_with('/') || p.bytes().any(|b| !b.is_ascii_graphic()) {
+                    return invalid(
+                        format!("{key}.{which}"),
+                        "must be an absolute path of printable ASCII",
+                    );
+                }
+            }
+        }
+        let _ = self.api_paths(&base);
+        Ok(())
+    }
 }
 
 /// Checks the `[[upstreams]]` list: names usable as labels and unique, URLs a node base URL.
@@ -70,9 +256,7 @@ pub fn validate_upstreams(upstreams: &[UpstreamConfig]) -> Result<(), ConfigErro
         if !names.insert(up.name.as_str()) {
             return invalid(format!("{key}.name"), "duplicate upstream name");
         }
-        if let Err(msg) = parse_base_url(&up.url) {
-            return invalid(format!("{key}.url"), msg);
-        }
+        up.validate(&key)?;
     }
     Ok(())
 }
@@ -206,7 +390,14 @@ mod tests {
         assert!(parse_base_url("https://x:1").is_err());
         assert!(parse_base_url("http://x:1/ext/bc/P").is_err());
         assert!(parse_base_url("10.0.0.5:9650").is_err());
-        assert!(parse_base_url("http://u:p@x:1").is_err());
+        assert!(parse_base_url("http://x:1/ext").is_err());
+        // A provider's URL: credentials and a path prefix.
+        let b = parse_base_url("http://u:p%40ss@x:1/v1/KEY/").unwrap();
+        assert_eq!(b.authority.as_str(), "x:1");
+        assert_eq!(b.prefix, "/v1/KEY");
+        assert_eq!(b.credentials.as_deref(), Some("u:p@ss"));
+        assert!(!format!("{b:?}").contains("KEY") && !format!("{b:?}").contains("p@ss"));
+        assert!(parse_base_url("http://x:1/v1?key=1").is_err());
         assert!(parse_base_url("http://[::1]:9650").is_ok());
         for no_port in [
             "http://10.0.0.5",

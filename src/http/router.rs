@@ -240,6 +240,7 @@ mod tests {
         let node = UpstreamConfig {
             name: "node-a".into(),
             url: "http://127.0.0.1:9".into(),
+            ..Default::default()
         };
         let pool = Pool::new(
             &[node],

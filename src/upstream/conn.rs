@@ -86,6 +86,9 @@ pub struct Connections {
     address: String,
     /// The `Host` header's value.
     host: String,
+    /// Extra header lines (`name: value\r\n` each) written with every request: a provider's key
+    /// header, Basic auth. Never logged.
+    extra: Vec<u8>,
     connect_timeout: Duration,
     max_idle: usize,
     idle_timeout: Duration,
@@ -113,11 +116,31 @@ impl Connections {
         Ok(Connections {
             address: format!("{}:{port}", authority.host()),
             host: host.to_string(),
+            extra: Vec::new(),
             connect_timeout,
             max_idle,
             idle_timeout,
             idle: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Sends `host` as the `Host` header instead of the URL's authority, and `headers` with every
+    /// request (checked by the caller: valid names and values, none snowgate writes itself).
+    pub fn with_headers(
+        mut self,
+        host: Option<&str>,
+        headers: &[(http::HeaderName, http::HeaderValue)],
+    ) -> Connections {
+        if let Some(h) = host {
+            self.host = h.to_string();
+        }
+        for (name, value) in headers {
+            self.extra.extend_from_slice(name.as_str().as_bytes());
+            self.extra.extend_from_slice(b": ");
+            self.extra.extend_from_slice(value.as_bytes());
+            self.extra.extend_from_slice(b"\r\n");
+        }
+        self
     }
 
     /// Sends `POST path` with the JSON `body` and reads the whole answer, at most `max_bytes` of
@@ -168,12 +191,15 @@ impl Connections {
             return Err(SendError::InvalidPath);
         }
         let mut length = itoa::Buffer::new();
-        let mut out = Vec::with_capacity(96 + path.len() + self.host.len() + body.len());
+        let mut out =
+            Vec::with_capacity(96 + path.len() + self.host.len() + self.extra.len() + body.len());
         out.extend_from_slice(b"POST ");
         out.extend_from_slice(path.as_bytes());
         out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
         out.extend_from_slice(self.host.as_bytes());
-        out.extend_from_slice(b"\r\ncontent-type: application/json\r\ncontent-length: ");
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(&self.extra);
+        out.extend_from_slice(b"content-type: application/json\r\ncontent-length: ");
         out.extend_from_slice(length.format(body.len()).as_bytes());
         out.extend_from_slice(b"\r\n\r\n");
         out.extend_from_slice(body);

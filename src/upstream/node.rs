@@ -83,6 +83,8 @@ pub(crate) struct Upstream {
     /// The configured name.
     pub(crate) name: Arc<str>,
     connections: conn::Connections,
+    /// The info and P-chain API paths on this upstream (a provider's prefix or own paths).
+    paths: (Box<str>, Box<str>),
     pub(super) state: Mutex<HealthState>,
     pub(super) ewma: Mutex<PeakEwma>,
     /// Requests waiting for or holding a slot on this node, with their start times.
@@ -136,16 +138,28 @@ impl Upstream {
         forward: &ForwardConfig,
         metrics: &Metrics,
     ) -> Result<Upstream, String> {
-        let authority = parse_base_url(&config.url)?;
+        let base = parse_base_url(&config.url)?;
+        let mut headers = config.request_headers()?;
+        if let Some(credentials) = &base.credentials {
+            use base64::Engine as _;
+            let basic = base64::engine::general_purpose::STANDARD.encode(credentials);
+            let mut value = http::HeaderValue::from_str(&format!("Basic {basic}"))
+                .map_err(|_| "the URL's credentials cannot be sent".to_string())?;
+            value.set_sensitive(true);
+            headers.push((http::header::AUTHORIZATION, value));
+        }
         let connections = conn::Connections::new(
-            &authority,
+            &base.authority,
             forward.connect_timeout,
             forward.pool_max_idle,
             Duration::from_secs(60),
-        )?;
+        )?
+        .with_headers(config.host_header.as_deref(), &headers);
+        let (info, platform) = config.api_paths(&base);
         Ok(Upstream {
             name: config.name.as_str().into(),
             connections,
+            paths: (info.into(), platform.into()),
             state: Mutex::new(HealthState::default()),
             ewma: Mutex::new(PeakEwma::new(Instant::now())),
             pending: Mutex::new(Pending::default()),
@@ -155,10 +169,18 @@ impl Upstream {
         })
     }
 
+    /// The path of `family`'s API on this upstream.
+    pub(super) fn path(&self, family: crate::methods::Family) -> &str {
+        match family {
+            crate::methods::Family::Info => &self.paths.0,
+            crate::methods::Family::Platform => &self.paths.1,
+        }
+    }
+
     /// Sends one JSON-RPC body to `path` and returns the answer body (HTTP 200 only).
     pub(super) async fn post(
         &self,
-        path: &'static str,
+        path: &str,
         body: Vec<u8>,
         timeout: Duration,
         max_bytes: usize,
@@ -176,10 +198,10 @@ impl Upstream {
                     AttemptError::new(Fault::TooLarge(n), format!("answer larger than {n} bytes"))
                 }
                 conn::SendError::Timeout => AttemptError::new(Fault::Timeout, "no answer in time"),
-                conn::SendError::InvalidPath => AttemptError::new(
-                    Fault::InvalidRequest,
-                    format!("request path {path:?} is not valid"),
-                ),
+                // The path may hold a provider's key: never quoted.
+                conn::SendError::InvalidPath => {
+                    AttemptError::new(Fault::InvalidRequest, "request path is not valid")
+                }
             })?;
         if reply.status != StatusCode::OK {
             // The body is not kept: a node may echo the request, and with it a password.

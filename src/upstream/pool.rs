@@ -134,7 +134,7 @@ impl Pool {
         let _gauge = scopeguard(|| handles.in_flight.dec());
         let result = upstream
             .post(
-                call.spec.family.canonical_path(),
+                upstream.path(call.spec.family),
                 body,
                 timeout,
                 self.max_response_bytes,

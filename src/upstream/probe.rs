@@ -78,8 +78,18 @@ impl Pool {
             "{{\"jsonrpc\":\"2.0\",\"id\":{height_id},\"method\":\"platform.getHeight\",\"params\":{{}}}}"
         );
         let (boot, height) = tokio::join!(
-            upstream.post("/ext/info", boot_body.into_bytes(), timeout, max),
-            upstream.post("/ext/bc/P", height_body.into_bytes(), timeout, max),
+            upstream.post(
+                upstream.path(crate::methods::Family::Info),
+                boot_body.into_bytes(),
+                timeout,
+                max
+            ),
+            upstream.post(
+                upstream.path(crate::methods::Family::Platform),
+                height_body.into_bytes(),
+                timeout,
+                max
+            ),
         );
         // A failed call's category, logged here with its detail (never a body: a JSON-RPC
         // error's message is not kept either).

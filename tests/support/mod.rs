@@ -61,6 +61,7 @@ pub fn test_gateway(config: &mut Config, nodes: &[DevNode]) {
         .map(|(i, n)| UpstreamConfig {
             name: format!("node-{i}"),
             url: n.url(),
+            ..Default::default()
         })
         .collect();
     config.admin.api_keys = vec![ADMIN_KEY.to_string()];
