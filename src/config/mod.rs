@@ -33,7 +33,7 @@ pub use limits::LimitsConfig;
 pub use rate_limit::{ClientIpHeader, KeyQuota, OnRedisDown, QuotaScope, RateLimitConfig};
 pub use redis::RedisConfig;
 pub use server::ServerConfig;
-pub use upstream::{parse_base_url, ForwardConfig, HealthConfig, UpstreamConfig};
+pub use upstream::{parse_base_url, ForwardConfig, HealthConfig, Role, UpstreamConfig};
 
 /// The whole file.
 #[derive(Debug, Clone, Deserialize, Default)]

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use super::{invalid, ConfigError};
 
 /// One `[[upstreams]]` table: a node behind the gateway, or an RPC provider's endpoint.
-#[derive(Clone, Default, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamConfig {
     /// A short name used in metrics, logs, `/ext/health` and `X-Snowgate-Upstream`.
@@ -32,6 +32,43 @@ pub struct UpstreamConfig {
     /// The P-chain API's path instead of `{prefix}/ext/bc/P`.
     #[serde(default)]
     pub platform_path: Option<String>,
+    /// `"primary"` (the default) or `"fallback"`: a fallback takes traffic only while no primary
+    /// can.
+    #[serde(default)]
+    pub role: Role,
+    /// Biases the balancer: a node of weight 2 is chosen as if it were half as loaded.
+    #[serde(default = "one")]
+    pub weight: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            name: String::new(),
+            url: String::new(),
+            headers: Default::default(),
+            host_header: None,
+            info_path: None,
+            platform_path: None,
+            role: Role::Primary,
+            weight: 1,
+        }
+    }
+}
+
+/// `[[upstreams]] role`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// Takes traffic whenever it can.
+    #[default]
+    Primary,
+    /// Takes traffic only while no primary can (an RPC provider paid per call, say).
+    Fallback,
 }
 
 impl std::fmt::Debug for UpstreamConfig {
@@ -233,6 +270,9 @@ impl UpstreamConfig {
             }
         }
         let _ = self.api_paths(&base);
+        if !(1..=1000).contains(&self.weight) {
+            return invalid(format!("{key}.weight"), "must be between 1 and 1000");
+        }
         Ok(())
     }
 }

@@ -85,6 +85,10 @@ pub(crate) struct Upstream {
     connections: conn::Connections,
     /// The info and P-chain API paths on this upstream (a provider's prefix or own paths).
     paths: (Box<str>, Box<str>),
+    /// `role = "fallback"`.
+    pub(crate) fallback: bool,
+    /// `weight`.
+    pub(super) weight: u32,
     pub(super) state: Mutex<HealthState>,
     pub(super) ewma: Mutex<PeakEwma>,
     /// Requests waiting for or holding a slot on this node, with their start times.
@@ -160,6 +164,8 @@ impl Upstream {
             name: config.name.as_str().into(),
             connections,
             paths: (info.into(), platform.into()),
+            fallback: config.role == crate::config::Role::Fallback,
+            weight: config.weight.max(1),
             state: Mutex::new(HealthState::default()),
             ewma: Mutex::new(PeakEwma::new(Instant::now())),
             pending: Mutex::new(Pending::default()),

@@ -111,6 +111,8 @@ impl Pool {
                     height,
                     room: u.permits.available_permits() > 0,
                     tried: tried.contains(&i),
+                    fallback: u.fallback,
+                    weight: u.weight,
                 }
             })
             .collect()

@@ -12,7 +12,9 @@
 //! the height while another has room: a queued call is woken by whichever slot frees first (one
 //! `Notify` for the pool), and one that declined the slot it was woken for would swallow the
 //! wake-up of a waiter that could use it. Among the nodes that qualify, [`balance::pick_p2c`]
-//! picks by load. Calls pinned to one node by `X-Snowgate-Upstream` skip this choice: the admin
+//! picks by load divided by the node's `weight`. A `role = "fallback"` node is usable only while
+//! no primary is (healthy, admitted and untried): a busy primary is waited for, a failed one sends
+//! the retry to another primary first, then to a fallback. Calls pinned to one node by `X-Snowgate-Upstream` skip this choice: the admin
 //! named the node, healthy or not, and the call waits for that node's own slot.
 
 use rand::Rng;
@@ -31,6 +33,10 @@ pub(crate) struct NodeView {
     pub(crate) room: bool,
     /// Already tried for this call (a retry goes elsewhere).
     pub(crate) tried: bool,
+    /// `role = "fallback"`: used only while no primary is usable.
+    pub(crate) fallback: bool,
+    /// `weight`: its load is divided by this when two nodes are compared.
+    pub(crate) weight: u32,
 }
 
 /// The outcome of a choice.
@@ -55,7 +61,10 @@ pub(crate) fn choose(
     load: impl Fn(usize) -> f64,
     rng: &mut impl Rng,
 ) -> Choice {
-    let usable = |n: &NodeView| !n.tried && n.healthy && heights.admits(n.height);
+    let usable_node = |n: &NodeView| !n.tried && n.healthy && heights.admits(n.height);
+    // Fallbacks only while no primary is usable (a busy primary is waited for, not spilled over).
+    let primaries = nodes.iter().any(|n| !n.fallback && usable_node(n));
+    let usable = |n: &NodeView| usable_node(n) && n.fallback != primaries;
     let reaches = |n: &NodeView| min_height.map_or(true, |h| n.height.is_some_and(|x| x >= h));
     if !nodes.iter().any(usable) {
         return Choice::NoNode;
@@ -74,7 +83,8 @@ pub(crate) fn choose(
             .map(|(i, _)| i)
     };
     let count = nodes.iter().filter(|n| qualifies(n)).count();
-    let rank = balance::pick_p2c(count, |k| nth(k).map_or(f64::INFINITY, &load), rng);
+    let weighted = |i: usize| load(i) / f64::from(nodes[i].weight.max(1));
+    let rank = balance::pick_p2c(count, |k| nth(k).map_or(f64::INFINITY, weighted), rng);
     match rank.and_then(nth) {
         Some(i) => Choice::Node(i),
         None => Choice::Full,
@@ -93,6 +103,8 @@ mod tests {
             height: Some(height),
             room,
             tried: false,
+            fallback: false,
+            weight: 1,
         }
     }
 
@@ -122,6 +134,49 @@ mod tests {
         for _ in 0..20 {
             assert_eq!(choose_seeded(&nodes, &HEIGHTS, None), Choice::Node(4));
         }
+    }
+
+    #[test]
+    fn a_fallback_takes_calls_only_while_no_primary_can() {
+        let fallback = NodeView {
+            fallback: true,
+            ..node(true, 100, true)
+        };
+        // A usable primary, even busy, keeps the fallback out.
+        let nodes = [node(true, 100, true), fallback];
+        for _ in 0..20 {
+            assert_eq!(choose_seeded(&nodes, &HEIGHTS, None), Choice::Node(0));
+        }
+        let busy = [node(true, 100, false), fallback];
+        assert_eq!(choose_seeded(&busy, &HEIGHTS, None), Choice::Full);
+        // The primary down, or already tried for this call: the fallback.
+        let down = [node(false, 100, true), fallback];
+        assert_eq!(choose_seeded(&down, &HEIGHTS, None), Choice::Node(1));
+        let tried = [
+            NodeView {
+                tried: true,
+                ..node(true, 100, true)
+            },
+            fallback,
+        ];
+        assert_eq!(choose_seeded(&tried, &HEIGHTS, None), Choice::Node(1));
+    }
+
+    #[test]
+    fn weight_divides_the_load_the_balancer_compares() {
+        let heavy = NodeView {
+            weight: 4,
+            ..node(true, 100, true)
+        };
+        let nodes = [node(true, 100, true), heavy];
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+        // Node 1 carries three times node 0's load, but weighs four times as much.
+        let picks = (0..200)
+            .filter(|_| {
+                choose(&nodes, &HEIGHTS, None, |i| [1.0, 3.0][i], &mut rng) == Choice::Node(1)
+            })
+            .count();
+        assert_eq!(picks, 200);
     }
 
     #[test]
@@ -173,13 +228,19 @@ mod tests {
             proptest::option::of(0u64..40),
             any::<bool>(),
             proptest::bool::weighted(0.2),
+            proptest::bool::weighted(0.3),
+            1u32..4,
         )
-            .prop_map(|(healthy, height, room, tried)| NodeView {
-                healthy,
-                height,
-                room,
-                tried,
-            })
+            .prop_map(
+                |(healthy, height, room, tried, fallback, weight)| NodeView {
+                    healthy,
+                    height,
+                    room,
+                    tried,
+                    fallback,
+                    weight,
+                },
+            )
     }
 
     proptest! {
@@ -198,7 +259,10 @@ mod tests {
             let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
             let choice = choose(&nodes, &heights, min_height, |i| loads[i], &mut rng);
 
-            let usable = |n: &NodeView| !n.tried && n.healthy && heights.admits(n.height);
+            let usable_node = |n: &NodeView| !n.tried && n.healthy && heights.admits(n.height);
+            // A fallback only while no primary is usable.
+            let primaries = nodes.iter().any(|n| !n.fallback && usable_node(n));
+            let usable = |n: &NodeView| usable_node(n) && n.fallback != primaries;
             let reaches = |n: &NodeView| {
                 min_height.map_or(true, |h| n.height.is_some_and(|x| x >= h))
             };
@@ -210,6 +274,7 @@ mod tests {
                     let n = &nodes[i];
                     prop_assert!(n.healthy, "unhealthy");
                     prop_assert!(!n.tried, "tried");
+                    prop_assert!(!(n.fallback && primaries), "a fallback while a primary was usable");
                     prop_assert!(n.room, "full");
                     let h = n.height.unwrap_or_default();
                     prop_assert!(h >= heights.floor, "lagging");

@@ -12,6 +12,9 @@ use super::pool::Pool;
 #[serde(rename_all = "camelCase")]
 pub struct UpstreamStatus {
     pub name: String,
+    /// `"fallback"` for a fallback (takes traffic only while no primary can); absent for a primary.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'static str>,
     /// Passing its health checks.
     pub healthy: bool,
     /// Healthy and its height admitted (within `max_lag_blocks` of the quorum height): receives
@@ -51,6 +54,7 @@ impl Pool {
                 let s = u.snapshot();
                 UpstreamStatus {
                     name: u.name.to_string(),
+                    role: u.fallback.then_some("fallback"),
                     healthy: s.healthy,
                     takes_traffic: self.takes_traffic(&s),
                     implausible_height: self.heights().implausible(s.height),
