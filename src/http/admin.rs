@@ -397,10 +397,71 @@ fn tags_decode(params: &Json) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::upstream::{PoolStatus, UpstreamStatus};
 
     fn call(body: &str) -> Option<String> {
         health_call(body.as_bytes(), |p| format!("\"{p:?}\"").into_bytes())
             .map(|b| String::from_utf8_lossy(&b).into_owned())
+    }
+
+    fn upstream(name: &str, takes_traffic: bool, last_error: Option<&str>) -> UpstreamStatus {
+        UpstreamStatus {
+            name: name.into(),
+            healthy: last_error.is_none(),
+            takes_traffic,
+            implausible_height: false,
+            bootstrapped: true,
+            height: Some(7),
+            in_flight: 0,
+            last_error: last_error.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn one_node_down_is_a_failing_check_of_a_healthy_gateway_and_redis_never_fails() {
+        let status = PoolStatus {
+            healthy: true,
+            draining: false,
+            best_height: 7,
+            upstreams: vec![
+                upstream("a", true, None),
+                upstream("b", false, Some("connect refused")),
+                upstream("c", false, None),
+            ],
+        };
+        let now = "2026-11-23T19:00:00Z";
+        let r = report(&status, Some(false), now);
+        assert!(r.healthy);
+        let errors: Vec<_> = r
+            .checks
+            .iter()
+            .map(|(k, c)| (k.as_str(), c.error.as_deref()))
+            .collect();
+        assert_eq!(
+            errors,
+            [
+                ("a", None),
+                ("b", Some("connect refused")),
+                ("c", Some("behind the pool's height")),
+                ("shared", None),
+                ("snowgate", None),
+            ]
+        );
+        assert_eq!(
+            r.checks["shared"].message,
+            Some(serde_json::json!({"redis": "down"}))
+        );
+        assert!(r.checks.values().all(|c| c.timestamp == now));
+
+        let draining = PoolStatus {
+            healthy: false,
+            draining: true,
+            ..status
+        };
+        let r = report(&draining, None, now);
+        assert!(!r.healthy);
+        assert!(!r.checks.contains_key("shared"));
+        assert_eq!(r.checks["snowgate"].error.as_deref(), Some("draining"));
     }
 
     #[test]
