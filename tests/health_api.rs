@@ -299,3 +299,31 @@ async fn health_calls_pay_quota_and_meet_the_body_limit() {
     let r = post_with(&url, &big, &[("authorization", &auth)]).await;
     assert_eq!(r.status, 413, "{}", r.body);
 }
+
+#[tokio::test]
+async fn with_redis_the_shared_tier_is_a_check_of_its_own() {
+    let redis = support::redis::RedisServer::start();
+    let redis_url = redis.url();
+    let cluster = healthy_cluster(1, |c| {
+        c.redis = Some(snowgate::config::RedisConfig {
+            url: Some(redis_url.clone()),
+            ..Default::default()
+        });
+    })
+    .await;
+    let url = format!("{}/ext/health", cluster.url());
+    let r = post(&url, &go_call("health.health", Some(&[TAG]), "2")).await;
+    let reply = go_reply(&r);
+    assert!(reply.healthy, "{}", r.body);
+    let shared = &reply.checks["shared"];
+    assert!(shared.error.is_none(), "{}", r.body);
+    assert_eq!(
+        shared.message,
+        Some(serde_json::json!({"redis": "up"})),
+        "{}",
+        r.body
+    );
+    // Redis's address is no more public than a node's.
+    assert!(!r.body.contains(&redis_url), "{}", r.body);
+    assert!(!r.body.contains("redis+unix"), "{}", r.body);
+}
