@@ -1,17 +1,27 @@
 //! snowgate's own endpoints beside the RPC paths: the pool's health as a load balancer reads it
-//! (`GET /ext/health`, `/ext/health/health`, `/ext/health/readiness`), liveness
-//! (`GET /ext/health/liveness`), Prometheus metrics (`GET /metrics`) and the cache purge
-//! (`POST /snowgate/cache/purge[?method=NAME]`, admin key required).
+//! (`GET /ext/health`, and `/ext/health/health`, `/ext/health/readiness` by any method, as on a
+//! node), liveness (`/ext/health/liveness`, any method), the node's health API over JSON-RPC
+//! (`POST /ext/health`: `health.health`, `health.readiness`, `health.liveness`), Prometheus
+//! metrics (`GET /metrics`) and the cache purge (`POST /snowgate/cache/purge[?method=NAME]`,
+//! admin key required).
+//!
+//! `POST /ext/health` is what avalanchego's Go `health.Client` calls: snowgate answers it itself
+//! from the pool's state, never from a node, in the node's format (`{"checks":{...},
+//! "healthy":bool}`, always HTTP 200, envelope and method-name errors as a node words them). The
+//! router reads its body within the RPC limits and charges the caller's quota first.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use tokio::sync::Semaphore;
 
-use super::{json, HttpResponse};
+use super::{empty, json, HttpResponse};
 use crate::cache::AnswerCache;
 use crate::error::ProxyError;
+use crate::jsonrpc::names::{self, LookupError};
+use crate::jsonrpc::{self as rpc, response, Json, Verdict};
 use crate::methods::Registry;
 use crate::metrics::Metrics;
 use crate::policy::AdminKeys;
@@ -23,7 +33,12 @@ pub const PURGE_PATH: &str = "/snowgate/cache/purge";
 /// One of snowgate's own endpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
+    /// `/ext/health`: snowgate's JSON on GET; on POST the JSON-RPC health API, which the router
+    /// reads and hands to [`Admin::health_rpc`].
     Health,
+    /// `/ext/health/health` and `/ext/health/readiness`: the GET answer, by any method.
+    HealthGet,
+    /// `/ext/health/liveness`, by any method.
     Liveness,
     Metrics,
     Purge,
@@ -33,7 +48,8 @@ impl Endpoint {
     /// The endpoint at `path`, if any.
     pub fn at(path: &str) -> Option<Endpoint> {
         Some(match path {
-            "/ext/health" | "/ext/health/health" | "/ext/health/readiness" => Endpoint::Health,
+            "/ext/health" => Endpoint::Health,
+            "/ext/health/health" | "/ext/health/readiness" => Endpoint::HealthGet,
             "/ext/health/liveness" => Endpoint::Liveness,
             "/metrics" => Endpoint::Metrics,
             PURGE_PATH => Endpoint::Purge,
@@ -83,8 +99,13 @@ impl Admin {
         query: Option<&str>,
     ) -> Result<HttpResponse, ProxyError> {
         match endpoint {
-            Endpoint::Health => self.health(method),
-            Endpoint::Liveness => liveness(method),
+            // The router answers POST itself (a JSON-RPC body, read within its limits).
+            Endpoint::Health if method == Method::POST => Err(ProxyError::WrongHttpMethod {
+                allowed: "GET",
+                path: "/ext/health",
+            }),
+            Endpoint::Health | Endpoint::HealthGet => Ok(self.health()),
+            Endpoint::Liveness => Ok(liveness()),
             Endpoint::Metrics if method == Method::GET => Ok(self.metrics().await),
             Endpoint::Metrics => Err(ProxyError::NotFound),
             Endpoint::Purge => self.purge(method, headers, query).await,
@@ -93,18 +114,8 @@ impl Admin {
 
     /// The pool's state; 503 when no node can serve, or while draining (so that a load
     /// balancer stops sending before the listener closes).
-    fn health(&self, method: &Method) -> Result<HttpResponse, ProxyError> {
-        if method == Method::POST {
-            return Err(ProxyError::WrongHttpMethod {
-                allowed: "GET",
-                path: "/ext/health",
-            });
-        }
-        let mut status = self.pool.status();
-        if self.draining.load(Ordering::Relaxed) {
-            status.healthy = false;
-            status.draining = true;
-        }
+    fn health(&self) -> HttpResponse {
+        let status = self.status();
         let code = if status.healthy {
             StatusCode::OK
         } else {
@@ -118,7 +129,40 @@ impl Admin {
         };
         let mut body = serde_json::to_vec(&health).unwrap_or_default();
         body.push(b'\n');
-        Ok(json(code, body))
+        json(code, body)
+    }
+
+    /// The pool's state, unhealthy while draining.
+    fn status(&self) -> crate::upstream::PoolStatus {
+        let mut status = self.pool.status();
+        if self.draining.load(Ordering::Relaxed) {
+            status.healthy = false;
+            status.draining = true;
+        }
+        status
+    }
+
+    /// Answers a JSON-RPC body sent to `POST /ext/health` as a node's health API does: HTTP 200
+    /// with the answer, or empty for a notification.
+    pub fn health_rpc(&self, body: &[u8]) -> HttpResponse {
+        let answer = health_call(body, |probe| {
+            let report = match probe {
+                // Readiness is health for a gateway: it can serve calls or it cannot.
+                Probe::Health | Probe::Readiness => {
+                    let redis = self.shared.as_ref().map(|s| s.available());
+                    report(&self.status(), redis, &now_rfc3339())
+                }
+                Probe::Liveness => RpcHealth {
+                    checks: BTreeMap::new(),
+                    healthy: true,
+                },
+            };
+            serde_json::to_vec(&report).unwrap_or_default()
+        });
+        match answer {
+            Some(body) => json(StatusCode::OK, body),
+            None => empty(),
+        }
     }
 
     async fn metrics(&self) -> HttpResponse {
@@ -192,12 +236,278 @@ impl Admin {
 /// 200 for as long as the process serves, whatever the pool's state or a drain, so that a
 /// liveness probe never restarts a gateway because its nodes are down (readiness and
 /// `/ext/health` say whether it can serve calls).
-fn liveness(method: &Method) -> Result<HttpResponse, ProxyError> {
-    if method == Method::POST {
-        return Err(ProxyError::WrongHttpMethod {
-            allowed: "GET",
-            path: "/ext/health/liveness",
-        });
+fn liveness() -> HttpResponse {
+    json(StatusCode::OK, "{\"healthy\":true}\n")
+}
+
+/// The message of a node's -32000 when params do not decode into the method's arguments.
+const BAD_ARGS: &str = "couldn't unmarshal an argument. Ensure arguments are valid and properly formatted. See documentation for example calls";
+
+/// Which of the node's health methods a call asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Probe {
+    Health,
+    Readiness,
+    Liveness,
+}
+
+/// A health method's result as a node writes it (`api/health` `APIReply`): check name ->
+/// result, and whether the whole is healthy. A `BTreeMap` gives Go's sorted map keys.
+#[derive(serde::Serialize)]
+struct RpcHealth {
+    checks: BTreeMap<String, CheckResult>,
+    healthy: bool,
+}
+
+/// One check as a node writes it (`health.Result`): details under `message`, `error` when
+/// failing, when it was taken and how long it took (ns). snowgate keeps no history of failures,
+/// so `contiguousFailures` and `timeOfFirstFailure` (both omitted when empty on a node) are
+/// left out.
+#[derive(serde::Serialize)]
+struct CheckResult {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    timestamp: String,
+    duration: u64,
+}
+
+/// The check of the gateway as a whole; upstream checks are named after their `name`.
+const GATEWAY_CHECK: &str = "snowgate";
+/// The check of the fleet's Redis (only with `[redis]`).
+const SHARED_CHECK: &str = "shared";
+/// The check names of the health API that are not upstreams: an upstream must not be named so
+/// (its check would be overwritten by the gateway's).
+pub const RESERVED_CHECK_NAMES: [&str; 2] = [GATEWAY_CHECK, SHARED_CHECK];
+
+/// The health report of a pool in the node's format: one check per upstream (its configured
+/// name; failing while it takes no traffic), `snowgate` (failing while draining or while no
+/// upstream takes traffic) and `shared` with `[redis]` (never failing: snowgate answers without
+/// Redis). `healthy` is what `GET /ext/health` says (some node takes traffic, not draining), so
+/// one node down shows as a failing check of a healthy gateway.
+fn report(status: &crate::upstream::PoolStatus, redis: Option<bool>, now: &str) -> RpcHealth {
+    let check = |message: serde_json::Value, error: Option<String>| CheckResult {
+        message: Some(message),
+        error,
+        timestamp: now.to_string(),
+        duration: 0,
+    };
+    let mut checks = BTreeMap::new();
+    for u in &status.upstreams {
+        let error = if u.takes_traffic {
+            None
+        } else if !u.healthy {
+            Some(u.last_error.clone().unwrap_or_else(|| "unhealthy".into()))
+        } else if u.implausible_height {
+            Some("implausible height".into())
+        } else {
+            Some("behind the pool's height".into())
+        };
+        let message = serde_json::to_value(u).unwrap_or_default();
+        checks.insert(u.name.clone(), check(message, error));
     }
-    Ok(json(StatusCode::OK, "{\"healthy\":true}\n"))
+    let error = if status.draining {
+        Some("draining".to_string())
+    } else if !status.healthy {
+        Some("no upstream takes traffic".to_string())
+    } else {
+        None
+    };
+    let message = serde_json::json!({
+        "bestHeight": status.best_height,
+        "draining": status.draining,
+    });
+    checks.insert(GATEWAY_CHECK.into(), check(message, error));
+    if let Some(up) = redis {
+        let message = serde_json::json!({ "redis": if up { "up" } else { "down" } });
+        checks.insert(SHARED_CHECK.into(), check(message, None));
+    }
+    RpcHealth {
+        checks,
+        healthy: status.healthy && !status.draining,
+    }
+}
+
+fn now_rfc3339() -> String {
+    humantime::format_rfc3339_nanos(std::time::SystemTime::now()).to_string()
+}
+
+/// Answers one JSON-RPC body sent to a node's health service: the envelope as a node reads it
+/// (a batch is a -32700, as on a node), the method name by the node's rules, the params into
+/// `{"tags":[string]}` (the tags select nothing: every check of snowgate's is application-wide,
+/// which a node always includes); `result` makes the method's result. `None` for a notification.
+fn health_call(body: &[u8], result: impl FnOnce(Probe) -> Vec<u8>) -> Option<Vec<u8>> {
+    let decoded = rpc::decode(body);
+    let id = decoded.envelope.id.as_deref();
+    match decoded.verdict() {
+        Verdict::ParseError(message) => {
+            let e = ProxyError::Parse {
+                message,
+                data: decoded.error_data(),
+            };
+            return Some(e.body(id));
+        }
+        Verdict::InvalidVersion => {
+            let e = ProxyError::InvalidVersion {
+                data: decoded.error_data(),
+            };
+            return id.map(|id| e.body(Some(id)));
+        }
+        Verdict::Call => {}
+    }
+    let probe = names::resolve(&decoded.envelope.method, "health", |m| {
+        matches!(m, "Health" | "Readiness" | "Liveness")
+    })
+    .map(|m| match m.as_str() {
+        "Health" => Probe::Health,
+        "Readiness" => Probe::Readiness,
+        _ => Probe::Liveness,
+    })
+    .and_then(|probe| match decoded.envelope.params.as_ref() {
+        Some(params) if !tags_decode(params) => Err(LookupError(BAD_ARGS.into())),
+        _ => Ok(probe),
+    });
+    // Like a node, the method runs for a notification too; it just gets no answer.
+    let answer = match probe {
+        Ok(probe) => response::success(&result(probe), id),
+        Err(LookupError(message)) => response::error(-32000, &message, None, id),
+    };
+    id.map(|_| answer)
+}
+
+/// Whether `params` decode into a node's `health.APIArgs` (`{"tags":[string]}`) as Go's decoder
+/// does it: an object (keys matched case-insensitively, others ignored), else gorilla's retry as
+/// a one-element array of it (`[]` and extra elements allowed).
+fn tags_decode(params: &Json) -> bool {
+    let args = |v: &Json| match v {
+        Json::Null => true,
+        Json::Object(_) => match v.field("tags") {
+            None | Some(Json::Null) => true,
+            Some(Json::Array(tags)) => tags
+                .iter()
+                .all(|t| matches!(t, Json::String(_) | Json::Null)),
+            Some(_) => false,
+        },
+        _ => false,
+    };
+    match params {
+        Json::Array(items) => items.first().map_or(true, args),
+        other => args(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::upstream::{PoolStatus, UpstreamStatus};
+
+    fn call(body: &str) -> Option<String> {
+        health_call(body.as_bytes(), |p| format!("\"{p:?}\"").into_bytes())
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+    }
+
+    fn upstream(name: &str, takes_traffic: bool, last_error: Option<&str>) -> UpstreamStatus {
+        UpstreamStatus {
+            name: name.into(),
+            healthy: last_error.is_none(),
+            takes_traffic,
+            implausible_height: false,
+            bootstrapped: true,
+            height: Some(7),
+            in_flight: 0,
+            last_error: last_error.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn one_node_down_is_a_failing_check_of_a_healthy_gateway_and_redis_never_fails() {
+        let status = PoolStatus {
+            healthy: true,
+            draining: false,
+            best_height: 7,
+            upstreams: vec![
+                upstream("a", true, None),
+                upstream("b", false, Some("connect refused")),
+                upstream("c", false, None),
+            ],
+        };
+        let now = "2026-11-23T19:00:00Z";
+        let r = report(&status, Some(false), now);
+        assert!(r.healthy);
+        let errors: Vec<_> = r
+            .checks
+            .iter()
+            .map(|(k, c)| (k.as_str(), c.error.as_deref()))
+            .collect();
+        assert_eq!(
+            errors,
+            [
+                ("a", None),
+                ("b", Some("connect refused")),
+                ("c", Some("behind the pool's height")),
+                ("shared", None),
+                ("snowgate", None),
+            ]
+        );
+        assert_eq!(
+            r.checks["shared"].message,
+            Some(serde_json::json!({"redis": "down"}))
+        );
+        assert!(r.checks.values().all(|c| c.timestamp == now));
+
+        let draining = PoolStatus {
+            healthy: false,
+            draining: true,
+            ..status
+        };
+        let r = report(&draining, None, now);
+        assert!(!r.healthy);
+        assert!(!r.checks.contains_key("shared"));
+        assert_eq!(r.checks["snowgate"].error.as_deref(), Some("draining"));
+    }
+
+    #[test]
+    fn methods_params_and_envelopes_are_read_as_a_node_reads_them() {
+        let cases = [
+            (
+                r#"{"jsonrpc":"2.0","method":"health.health","params":{"tags":null},"id":12345678901234567890123}"#,
+                "{\"jsonrpc\":\"2.0\",\"result\":\"Health\",\"id\":12345678901234567890123}\n",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","method":"health.readiness","params":[{"TAGS":["11111111111111111111111111111111LpoYY"]}],"id":"a"}"#,
+                "{\"jsonrpc\":\"2.0\",\"result\":\"Readiness\",\"id\":\"a\"}\n",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","method":"health.liveness","id":1}"#,
+                "{\"jsonrpc\":\"2.0\",\"result\":\"Liveness\",\"id\":1}\n",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","method":"health.nope","id":1}"#,
+                "{\"jsonrpc\":\"2.0\",\"error\":{\"code\":-32000,\"message\":\"rpc: can't find method \\\"health.Nope\\\"\",\"data\":null},\"id\":1}\n",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","method":"info.getNodeID","id":1}"#,
+                "{\"jsonrpc\":\"2.0\",\"error\":{\"code\":-32000,\"message\":\"rpc: can't find service \\\"info.GetNodeID\\\"\",\"data\":null},\"id\":1}\n",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","method":"health.health","params":{"tags":"x"},"id":1}"#,
+                "{\"jsonrpc\":\"2.0\",\"error\":{\"code\":-32000,\"message\":\"couldn't unmarshal an argument. Ensure arguments are valid and properly formatted. See documentation for example calls\",\"data\":null},\"id\":1}\n",
+            ),
+            (
+                r#"{"jsonrpc":"1.0","method":"health.health","id":7}"#,
+                "{\"jsonrpc\":\"2.0\",\"error\":{\"code\":-32600,\"message\":\"jsonrpc must be 2.0\",\"data\":{\"jsonrpc\":\"1.0\",\"method\":\"health.health\",\"params\":null,\"id\":7}},\"id\":7}\n",
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(call(body).as_deref(), Some(want), "{body}");
+        }
+        // A batch is a parse error, as on a node; a notification gets nothing.
+        let batch = call(r#"[{"jsonrpc":"2.0","method":"health.health","id":1}]"#);
+        assert!(
+            batch.as_deref().is_some_and(|b| b.contains("-32700")),
+            "{batch:?}"
+        );
+        assert_eq!(call(r#"{"jsonrpc":"2.0","method":"health.health"}"#), None);
+    }
 }

@@ -5,6 +5,9 @@
 //!   body is read within its limits ([`super::request_body`]) and handed, with who is calling, to
 //!   the layer below as an [`RpcRequest`]. Only what is parsed there is forwarded: the client's
 //!   headers and bytes never reach a node.
+//! * `POST /ext/health`: the node's health API over JSON-RPC, answered by [`super::admin`] from
+//!   the pool's state after the same checks as an RPC body (415, body limits, nesting depth) and a
+//!   charge to the caller's quota;
 //! * snowgate's own endpoints ([`super::admin`]);
 //! * anything else: the node's 404.
 //!
@@ -31,7 +34,7 @@ use crate::config::LimitsConfig;
 use crate::error::{Counted, ProxyError};
 use crate::jsonrpc::http::{media_type, INFO_PATH, P_CHAIN_PATHS};
 use crate::methods::Family;
-use crate::ratelimit::Limiter;
+use crate::ratelimit::{Admission, Limiter};
 
 /// The header an admin caller uses to pin a call to one upstream.
 pub const PIN_HEADER: &str = "x-snowgate-upstream";
@@ -160,8 +163,12 @@ where
     fn call(&mut self, req: Request<B>) -> BoxFuture {
         let routes = self.routes.clone();
         let Some((family, path)) = rpc_path(req.uri().path()) else {
+            let endpoint = Endpoint::at(req.uri().path());
+            if endpoint == Some(Endpoint::Health) && req.method() == Method::POST {
+                return health_rpc(routes, self.conn.clone(), req);
+            }
             return Box::pin(async move {
-                let answer = match Endpoint::at(req.uri().path()) {
+                let answer = match endpoint {
                     Some(endpoint) => {
                         let (method, headers) = (req.method(), req.headers());
                         let query = req.uri().query();
@@ -176,9 +183,7 @@ where
             let e = ProxyError::PostRequired(req.method().clone());
             return Box::pin(std::future::ready(Ok(routes.reject(&e))));
         }
-        let (media, is_json) = media_type(req.headers().get(header::CONTENT_TYPE));
-        if !is_json {
-            let e = ProxyError::UnsupportedMediaType(String::from_utf8_lossy(media).into_owned());
+        if let Err(e) = json_content(req.headers()) {
             return Box::pin(std::future::ready(Ok(routes.reject(&e))));
         }
         let conn = self.conn.clone();
@@ -187,28 +192,12 @@ where
         let inner = std::mem::replace(&mut self.inner, clone);
         Box::pin(async move {
             let caller = routes.caller(req.headers(), conn.peer);
-            let limits = &routes.limits;
             // Held until the answer is made: the body's bytes live that long.
             let mut room = BodyRoom::new(&conn.body_room, &routes.body_room);
-            let read = request_body::read(
-                req.into_body(),
-                limits.body_bytes,
-                limits.body_timeout,
-                &mut room,
-            );
+            let read = read_body(&routes, &conn, &caller, req.into_body(), &mut room);
             let body = match read.await {
                 Ok(body) => body,
-                Err(e) => {
-                    let e = match e {
-                        BodyError::TooLarge => ProxyError::BodyTooLarge(limits.body_bytes),
-                        BodyError::Timeout => {
-                            tracing::debug!(request_id = caller.request_id(), peer = %conn.peer, "request body timed out");
-                            ProxyError::BodyTimeout(limits.body_timeout)
-                        }
-                        BodyError::Broken => ProxyError::BrokenBody,
-                    };
-                    return Ok(routes.reject(&e));
-                }
+                Err(e) => return Ok(routes.reject(&e)),
             };
             let rpc = RpcRequest {
                 family,
@@ -221,6 +210,83 @@ where
             answer
         })
     }
+}
+
+/// The quota units a health call costs: one call of the default cost.
+const HEALTH_COST: u32 = 1;
+
+/// The node's 415 unless the body is declared `application/json`.
+fn json_content(headers: &HeaderMap) -> Result<(), ProxyError> {
+    let (media, is_json) = media_type(headers.get(header::CONTENT_TYPE));
+    if is_json {
+        return Ok(());
+    }
+    Err(ProxyError::UnsupportedMediaType(
+        String::from_utf8_lossy(media).into_owned(),
+    ))
+}
+
+/// Reads a JSON-RPC body within `limits` (size, time, the gateway's room).
+async fn read_body<B>(
+    routes: &Routes,
+    conn: &ConnInfo,
+    caller: &Caller,
+    body: B,
+    room: &mut BodyRoom<'_>,
+) -> Result<Bytes, ProxyError>
+where
+    B: http_body::Body<Data = Bytes>,
+{
+    let limits = &routes.limits;
+    let read = request_body::read(body, limits.body_bytes, limits.body_timeout, room);
+    read.await.map_err(|e| match e {
+        BodyError::TooLarge => ProxyError::BodyTooLarge(limits.body_bytes),
+        BodyError::Timeout => {
+            tracing::debug!(request_id = caller.request_id(), peer = %conn.peer, "request body timed out");
+            ProxyError::BodyTimeout(limits.body_timeout)
+        }
+        BodyError::Broken => ProxyError::BrokenBody,
+    })
+}
+
+/// `POST /ext/health`: the node's health API, answered here from the pool's state. The body
+/// meets every check an RPC body meets (the node's 415, the size and time limits, the nesting
+/// depth) and the caller's quota pays for it (admins excepted), so that the endpoint is no
+/// cheaper a flood than any other call.
+fn health_rpc<B>(routes: Arc<Routes>, conn: Arc<ConnInfo>, req: Request<B>) -> BoxFuture
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Send,
+{
+    if let Err(e) = json_content(req.headers()) {
+        return Box::pin(std::future::ready(Ok(routes.reject(&e))));
+    }
+    Box::pin(async move {
+        let caller = routes.caller(req.headers(), conn.peer);
+        let mut room = BodyRoom::new(&conn.body_room, &routes.body_room);
+        let read = read_body(&routes, &conn, &caller, req.into_body(), &mut room);
+        let body = match read.await {
+            Ok(body) => body,
+            Err(e) => return Ok(routes.reject(&e)),
+        };
+        let depth = routes.limits.depth;
+        if crate::jsonrpc::gojson::nesting_depth(&body) > depth {
+            return Ok(routes.reject(&ProxyError::TooDeep(depth)));
+        }
+        if let Some(limiter) = routes.limiter.as_ref().filter(|_| !caller.admin) {
+            let units = limiter.units(HEALTH_COST, false);
+            let admitted = match limiter.admit(&caller.client, units) {
+                Admission::Decided(verdict) => verdict,
+                Admission::Pending(decision) => decision.await,
+            };
+            if let Err(e) = admitted {
+                return Ok(routes.reject(&e));
+            }
+        }
+        let answer = routes.admin.health_rpc(&body);
+        drop(room);
+        Ok(answer)
+    })
 }
 
 #[cfg(test)]
