@@ -286,6 +286,10 @@ impl UpstreamConfig {
     }
 }
 
+/// Names an upstream may not take: the node health API's checks of the gateway itself
+/// (`POST /ext/health` lists one check per upstream by name beside these).
+pub const RESERVED_UPSTREAM_NAMES: &[&str] = &["snowgate", "shared"];
+
 /// Checks the `[[upstreams]]` list: names usable as labels and unique, URLs a node base URL.
 pub fn validate_upstreams(upstreams: &[UpstreamConfig]) -> Result<(), ConfigError> {
     let mut names = std::collections::HashSet::new();
@@ -304,6 +308,12 @@ pub fn validate_upstreams(upstreams: &[UpstreamConfig]) -> Result<(), ConfigErro
         }
         if !names.insert(up.name.as_str()) {
             return invalid(format!("{key}.name"), "duplicate upstream name");
+        }
+        if RESERVED_UPSTREAM_NAMES.contains(&up.name.as_str()) {
+            return invalid(
+                format!("{key}.name"),
+                "reserved for /ext/health's own checks (snowgate, shared)",
+            );
         }
         up.validate(&key)?;
     }

@@ -277,9 +277,6 @@ struct CheckResult {
 const GATEWAY_CHECK: &str = "snowgate";
 /// The check of the fleet's Redis (only with `[redis]`).
 const SHARED_CHECK: &str = "shared";
-/// The check names of the health API that are not upstreams: an upstream must not be named so
-/// (its check would be overwritten by the gateway's).
-pub const RESERVED_CHECK_NAMES: [&str; 2] = [GATEWAY_CHECK, SHARED_CHECK];
 
 /// The health report of a pool in the node's format: one check per upstream (its configured
 /// name; failing while it takes no traffic), `snowgate` (failing while draining or while no
@@ -400,6 +397,12 @@ fn tags_decode(params: &Json) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_gateways_own_check_names_are_reserved_for_upstreams() {
+        let reserved = crate::config::upstream::RESERVED_UPSTREAM_NAMES;
+        assert!(reserved.contains(&GATEWAY_CHECK) && reserved.contains(&SHARED_CHECK));
+    }
     use crate::upstream::{PoolStatus, UpstreamStatus};
 
     fn call(body: &str) -> Option<String> {
