@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::{DevNode, DevNodeConfig, Faults};
+use super::{DevNode, DevNodeConfig, Faults, NodeVersion};
 
 /// Flags of `snowgate devnode`.
 #[derive(Debug, clap::Args)]
@@ -24,6 +24,12 @@ pub struct DevnodeArgs {
     /// Index of this node in its network: picks its node ID.
     #[arg(long, default_value_t = 0)]
     pub node_index: u32,
+    /// The avalanchego release to play (e.g. "v1.13.0"): what info.getNodeVersion reports and
+    /// which methods the node serves (getAllValidatorsAt and /ext/bc/P/proposervm from v1.14.0;
+    /// the keystore methods until v1.12.1; getPendingValidators and getMaxStakeAmount until
+    /// v1.11.2).
+    #[arg(long, default_value_t = NodeVersion::CURRENT, value_parser = node_version)]
+    pub version: NodeVersion,
     /// Fault: fixed delay added to every answer (e.g. "50ms").
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     pub latency: Duration,
@@ -53,6 +59,7 @@ impl DevnodeArgs {
             block_interval: self.block_interval,
             seed: self.seed,
             node_index: self.node_index,
+            version: self.version,
             faults: Faults {
                 latency: self.latency,
                 jitter: self.jitter,
@@ -64,6 +71,10 @@ impl DevnodeArgs {
             },
         }
     }
+}
+
+fn node_version(s: &str) -> Result<NodeVersion, String> {
+    s.parse().map_err(|e| format!("{e}"))
 }
 
 fn fraction(s: &str) -> Result<f64, String> {
@@ -81,6 +92,7 @@ pub async fn run(args: DevnodeArgs) -> anyhow::Result<()> {
     tracing::info!(
         addr = %node.addr(),
         node_id = node.node_id(),
+        version = %node.version(),
         control = %format!("{}/_devnode", node.url()),
         "devnode listening"
     );
@@ -119,6 +131,10 @@ mod tests {
         assert_eq!(config.faults.error_rate, 0.25);
         assert!(config.faults.frozen && !config.faults.bootstrapping);
         assert_eq!(config.node_index, 2);
+        assert_eq!(config.version, NodeVersion::CURRENT);
+        let cli = Cli::try_parse_from(["devnode", "--version", "v1.13.0"]).unwrap();
+        assert_eq!(cli.args.config().version, NodeVersion::new(1, 13, 0));
+        assert!(Cli::try_parse_from(["devnode", "--version", "1.13"]).is_err());
         assert!(Cli::try_parse_from(["devnode", "--drop-rate", "2"]).is_err());
     }
 }

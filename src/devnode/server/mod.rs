@@ -10,7 +10,7 @@
 //! 3. `Node-Id` on every answer, then CORS ([`crate::jsonrpc::http::Cors`], the gateway's rules too;
 //!    preflights end here), then the `hosts` filter,
 //!    the `Avalanche-Api-Route` header, then `routes` (404, 301 for unclean paths).
-//! 4. P-chain routes only: the bootstrapping gate (503).
+//! 4. P-chain routes only (and `/ext/bc/P/proposervm` from v1.14.0): the bootstrapping gate (503).
 //! 5. `rpc`: gorilla/rpc's 405/415, the envelope, method dispatch to the chain or `health`.
 //!
 //! [`DevNode`] owns a running node; [`Control`] is the cheap, cloneable handle that changes it.
@@ -46,7 +46,7 @@ use self::reply::Resp;
 pub use self::routes::P_CHAIN_PATHS;
 use self::routes::{HealthKind, Route, Routing};
 use self::rpc::Service;
-use super::chain::{CallError, ChainConfig, NodeIdentity, View};
+use super::chain::{CallError, Chain, ChainConfig, NodeIdentity, NodeVersion, View};
 use super::{DevNodeConfig, Network};
 use crate::jsonrpc::http::{Cors, NOT_FOUND_TEXT};
 use crate::jsonrpc::Json;
@@ -62,6 +62,9 @@ const BACKLOG: u32 = 1024;
 struct NodeState {
     network: Network,
     identity: NodeIdentity,
+    /// The release this node plays: what `info.getNodeVersion` reports and which methods and
+    /// routes it serves.
+    version: NodeVersion,
     node_id_header: HeaderValue,
     addr: SocketAddr,
     faults: FaultState,
@@ -84,6 +87,7 @@ impl NodeState {
             height_cap: self.faults.height_cap(),
             bootstrapped: !self.faults.bootstrapping(),
             identity: &self.identity,
+            version: self.version,
         }
     }
 
@@ -98,6 +102,7 @@ impl NodeState {
             height_cap: None,
             bootstrapped: true,
             identity: &self.identity,
+            version: self.version,
         };
         self.network.chain().read().height(&view)
     }
@@ -152,6 +157,7 @@ impl DevNode {
         let node = Arc::new(NodeState {
             network: network.clone(),
             identity,
+            version: config.version,
             node_id_header,
             addr,
             faults: FaultState::default(),
@@ -177,6 +183,11 @@ impl DevNode {
     /// The node's base URL (`http://127.0.0.1:PORT`).
     pub fn url(&self) -> String {
         format!("http://{}", self.addr())
+    }
+
+    /// The release the node plays.
+    pub fn version(&self) -> NodeVersion {
+        self.control.node.version
     }
 
     /// The network this node belongs to.
@@ -314,6 +325,11 @@ impl Control {
         &self.node.identity.node_id
     }
 
+    /// The release the node plays.
+    pub fn version(&self) -> NodeVersion {
+        self.node.version
+    }
+
     /// The address the node listens on (when up).
     pub fn addr(&self) -> SocketAddr {
         self.node.addr
@@ -323,6 +339,7 @@ impl Control {
     pub fn status(&self) -> serde_json::Value {
         serde_json::json!({
             "node_id": self.node.identity.node_id,
+            "version": self.node.version.to_string(),
             "addr": self.node.addr.to_string(),
             "up": self.is_up(),
             "height": self.node.height(),
@@ -481,6 +498,18 @@ async fn routed(node: &NodeState, req: Request<Incoming>) -> Resp {
             "API call rejected because chain is not done bootstrapping\n",
         ),
         Some(Route::Platform) => rpc::serve(node, req, Service::Platform).await,
+        // The ProposerVM API exists from v1.14.0 on; before, the path is unknown to the router.
+        Some(Route::ProposerVm)
+            if !Chain::serves(node.version, "proposervm", "GetCurrentEpoch") =>
+        {
+            reply::go_error(StatusCode::NOT_FOUND, NOT_FOUND_TEXT)
+        }
+        // A chain route: behind the same bootstrapping gate as the P-chain's own.
+        Some(Route::ProposerVm) if node.faults.bootstrapping() => reply::go_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "API call rejected because chain is not done bootstrapping\n",
+        ),
+        Some(Route::ProposerVm) => rpc::serve(node, req, Service::ProposerVm).await,
         Some(Route::Health) if req.method() == Method::GET => health::get(node, HealthKind::Health),
         Some(Route::Health) => rpc::serve(node, req, Service::Health).await,
         Some(Route::HealthReport(kind)) => health::get(node, kind),
