@@ -304,3 +304,65 @@ async fn removed_methods_are_unknown_from_their_removal_on() {
         assert_eq!(body, not_found(shown), "{method}");
     }
 }
+
+#[tokio::test]
+async fn the_control_endpoint_upgrades_a_node_in_place() {
+    let n = node(NodeVersion::new(1, 13, 0)).await;
+    let http = reqwest::Client::new();
+    let control = format!("{}/_devnode/version", n.url());
+    let get = http.get(&control).send().await.unwrap();
+    assert_eq!(get.text().await.unwrap(), "{\"version\":\"v1.13.0\"}\n");
+    let (_, body) = post(
+        &n,
+        "/ext/bc/P",
+        "platform.getAllValidatorsAt",
+        json!({"height": 1}),
+    )
+    .await;
+    assert_eq!(body, not_found("platform.GetAllValidatorsAt"));
+    // A rolling upgrade reaches this node.
+    let put = http
+        .put(&control)
+        .body(r#"{"version":"v1.14.0"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    assert_eq!(put.text().await.unwrap(), "{\"version\":\"v1.14.0\"}\n");
+    assert_eq!(n.version(), NodeVersion::new(1, 14, 0));
+    let all = result(
+        &n,
+        "/ext/bc/P",
+        "platform.getAllValidatorsAt",
+        json!({"height": 1}),
+    )
+    .await;
+    assert!(all["validatorSets"][EMPTY].is_object(), "{all}");
+    let v = result(&n, "/ext/info", "info.getNodeVersion", json!({})).await;
+    assert_eq!(v["version"], "avalanchego/1.14.0");
+    let status: Value = http
+        .get(format!("{}/_devnode", n.url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status["version"], "v1.14.0");
+    // A bad release changes nothing.
+    for bad in [r#"{"version":"1.14"}"#, r#"{"v":"v1.14.0"}"#, "nope"] {
+        let r = http.put(&control).body(bad).send().await.unwrap();
+        assert_eq!(r.status(), 400, "{bad}");
+    }
+    assert_eq!(n.version(), NodeVersion::new(1, 14, 0));
+    // And the Rust handle does the same, back down.
+    n.control().set_version(NodeVersion::new(1, 13, 0));
+    let (status, body) = post(
+        &n,
+        "/ext/bc/P/proposervm",
+        "proposervm.getCurrentEpoch",
+        json!({}),
+    )
+    .await;
+    assert_eq!((status, body.as_str()), (404, "404 page not found\n"));
+}

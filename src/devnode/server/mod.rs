@@ -63,8 +63,8 @@ struct NodeState {
     network: Network,
     identity: NodeIdentity,
     /// The release this node plays: what `info.getNodeVersion` reports and which methods and
-    /// routes it serves.
-    version: NodeVersion,
+    /// routes it serves. Changeable live ([`Control::set_version`]), as an upgrade does.
+    version: parking_lot::RwLock<NodeVersion>,
     node_id_header: HeaderValue,
     addr: SocketAddr,
     faults: FaultState,
@@ -81,13 +81,18 @@ struct NodeState {
 }
 
 impl NodeState {
+    /// The release this node plays now.
+    fn version(&self) -> NodeVersion {
+        *self.version.read()
+    }
+
     /// How this node sees the chain right now.
     fn view(&self) -> View<'_> {
         View {
             height_cap: self.faults.height_cap(),
             bootstrapped: !self.faults.bootstrapping(),
             identity: &self.identity,
-            version: self.version,
+            version: self.version(),
         }
     }
 
@@ -102,7 +107,7 @@ impl NodeState {
             height_cap: None,
             bootstrapped: true,
             identity: &self.identity,
-            version: self.version,
+            version: self.version(),
         };
         self.network.chain().read().height(&view)
     }
@@ -157,7 +162,7 @@ impl DevNode {
         let node = Arc::new(NodeState {
             network: network.clone(),
             identity,
-            version: config.version,
+            version: parking_lot::RwLock::new(config.version),
             node_id_header,
             addr,
             faults: FaultState::default(),
@@ -187,7 +192,7 @@ impl DevNode {
 
     /// The release the node plays.
     pub fn version(&self) -> NodeVersion {
-        self.control.node.version
+        self.control.node.version()
     }
 
     /// The network this node belongs to.
@@ -327,7 +332,13 @@ impl Control {
 
     /// The release the node plays.
     pub fn version(&self) -> NodeVersion {
-        self.node.version
+        self.node.version()
+    }
+
+    /// Plays another release from the next request on (a node upgraded or downgraded in place;
+    /// open connections are kept: go down and up around it to mimic a restart).
+    pub fn set_version(&self, version: NodeVersion) {
+        *self.node.version.write() = version;
     }
 
     /// The address the node listens on (when up).
@@ -339,7 +350,7 @@ impl Control {
     pub fn status(&self) -> serde_json::Value {
         serde_json::json!({
             "node_id": self.node.identity.node_id,
-            "version": self.node.version.to_string(),
+            "version": self.node.version().to_string(),
             "addr": self.node.addr.to_string(),
             "up": self.is_up(),
             "height": self.node.height(),
@@ -500,7 +511,7 @@ async fn routed(node: &NodeState, req: Request<Incoming>) -> Resp {
         Some(Route::Platform) => rpc::serve(node, req, Service::Platform).await,
         // The ProposerVM API exists from v1.14.0 on; before, the path is unknown to the router.
         Some(Route::ProposerVm)
-            if !Chain::serves(node.version, "proposervm", "GetCurrentEpoch") =>
+            if !Chain::serves(node.version(), "proposervm", "GetCurrentEpoch") =>
         {
             reply::go_error(StatusCode::NOT_FOUND, NOT_FOUND_TEXT)
         }

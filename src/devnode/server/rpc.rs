@@ -117,9 +117,9 @@ fn dispatch(
     params: Option<&Json>,
     id: Option<&[u8]>,
 ) -> (Vec<u8>, bool) {
-    let go_method = match names::resolve(method, service.name(), |m| {
-        service.has_method(node.version, m)
-    }) {
+    let version = node.version();
+    let go_method = match names::resolve(method, service.name(), |m| service.has_method(version, m))
+    {
         Ok(m) => m,
         Err(e) => return (response::error(-32000, &e.0, None, id), false),
     };
