@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use chain::{Chain, ChainConfig, NodeIdentity, NodeVersion, View};
-pub use server::{Control, DevNode, Faults, P_CHAIN_PATHS};
+pub use server::{Control, DevNode, Faults, TlsIdentity, P_CHAIN_PATHS};
 
 /// Settings of one simulated node.
 #[derive(Debug, Clone)]
@@ -39,6 +39,8 @@ pub struct DevNodeConfig {
     /// The avalanchego release the node plays: `info.getNodeVersion` reports it, and the node
     /// serves exactly that release's methods (others answer "rpc: can't find method").
     pub version: NodeVersion,
+    /// Serve HTTPS with this certificate and key instead of HTTP (`None`: plain HTTP).
+    pub tls: Option<TlsIdentity>,
     /// Faults in force from the start.
     pub faults: Faults,
 }
@@ -52,6 +54,7 @@ impl Default for DevNodeConfig {
             seed: 1,
             node_index: 0,
             version: NodeVersion::CURRENT,
+            tls: None,
             faults: Faults::default(),
         }
     }

@@ -13,6 +13,9 @@
 //! 4. P-chain routes only (and `/ext/bc/P/proposervm` from v1.14.0): the bootstrapping gate (503).
 //! 5. `rpc`: gorilla/rpc's 405/415, the envelope, method dispatch to the chain or `health`.
 //!
+//! With a [`TlsIdentity`] the node serves HTTPS instead (`tls`): the handshake comes first, the
+//! rest is the same.
+//!
 //! [`DevNode`] owns a running node; [`Control`] is the cheap, cloneable handle that changes it.
 
 mod calls;
@@ -23,6 +26,7 @@ mod hosts;
 mod reply;
 mod routes;
 mod rpc;
+mod tls;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -46,6 +50,7 @@ use self::reply::Resp;
 pub use self::routes::P_CHAIN_PATHS;
 use self::routes::{HealthKind, Route, Routing};
 use self::rpc::Service;
+pub use self::tls::TlsIdentity;
 use super::chain::{CallError, Chain, ChainConfig, NodeIdentity, NodeVersion, View};
 use super::{DevNodeConfig, Network};
 use crate::jsonrpc::http::{Cors, NOT_FOUND_TEXT};
@@ -55,6 +60,8 @@ use crate::jsonrpc::Json;
 const NODE_ID: HeaderName = HeaderName::from_static("node-id");
 /// The header that bypasses path routing on a real node (gRPC/connect handlers).
 const API_ROUTE: HeaderName = HeaderName::from_static("avalanche-api-route");
+/// Time a client has to finish the TLS handshake (Go's read timeout in avalanchego).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pending connections the kernel queues for us.
 const BACKLOG: u32 = 1024;
 
@@ -67,6 +74,8 @@ struct NodeState {
     version: parking_lot::RwLock<NodeVersion>,
     node_id_header: HeaderValue,
     addr: SocketAddr,
+    /// Set when the node serves HTTPS: every connection is a TLS handshake first.
+    tls: Option<tokio_rustls::TlsAcceptor>,
     faults: FaultState,
     calls: CallCounter,
     health: HealthState,
@@ -154,6 +163,8 @@ impl DevNode {
     /// `block_interval` are the network's business and are only used for the node's identity
     /// (`seed`).
     pub async fn spawn_in(network: Network, config: DevNodeConfig) -> io::Result<DevNode> {
+        // A bad certificate or key fails here, before the port is taken.
+        let tls = config.tls.as_ref().map(TlsIdentity::acceptor).transpose()?;
         let listener = bind(config.listen)?;
         let addr = listener.local_addr()?;
         let identity = NodeIdentity::generate(config.seed, config.node_index);
@@ -165,6 +176,7 @@ impl DevNode {
             version: parking_lot::RwLock::new(config.version),
             node_id_header,
             addr,
+            tls,
             faults: FaultState::default(),
             calls: CallCounter::default(),
             health: HealthState::default(),
@@ -185,9 +197,14 @@ impl DevNode {
         self.control.node.addr
     }
 
-    /// The node's base URL (`http://127.0.0.1:PORT`).
+    /// The node's base URL (`http://127.0.0.1:PORT`, or `https://` when it serves TLS).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr())
+        let scheme = if self.control.node.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.addr())
     }
 
     /// The release the node plays.
@@ -374,8 +391,8 @@ fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     socket.listen(BACKLOG)
 }
 
-/// Accepts connections until aborted; each connection serves HTTP/1.1 (keep-alive) or
-/// cleartext HTTP/2 (prior knowledge) until it ends or the node drops it.
+/// Accepts connections until aborted; each connection serves HTTP/1.1 (keep-alive) or HTTP/2
+/// (prior knowledge in cleartext, ALPN over TLS) until it ends or the node drops it.
 async fn accept_loop(listener: TcpListener, node: Arc<NodeState>) {
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder
@@ -401,13 +418,43 @@ async fn accept_loop(listener: TcpListener, node: Arc<NodeState>) {
         let node = node.clone();
         let builder = builder.clone();
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| handle(node.clone(), req));
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
-            tokio::select! {
-                _ = conn => {}
-                _ = kill.changed() => {}
-            }
+            let Some(acceptor) = node.tls.clone() else {
+                serve_connection(&builder, TokioIo::new(stream), node, kill).await;
+                return;
+            };
+            // Go's server gives the handshake the read timeout (30 s); a client that never
+            // finishes it is dropped, and so is it when the node goes down meanwhile.
+            let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream));
+            let stream = tokio::select! {
+                done = handshake => match done {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, "devnode tls handshake failed");
+                        return;
+                    }
+                    Err(_) => return,
+                },
+                _ = kill.changed() => return,
+            };
+            serve_connection(&builder, TokioIo::new(stream), node, kill).await;
         });
+    }
+}
+
+/// Serves HTTP on one connection (plain or TLS) until it ends or the node drops it.
+async fn serve_connection<I>(
+    builder: &hyper_util::server::conn::auto::Builder<TokioExecutor>,
+    io: I,
+    node: Arc<NodeState>,
+    mut kill: watch::Receiver<u64>,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req| handle(node.clone(), req));
+    let conn = builder.serve_connection(io, service);
+    tokio::select! {
+        _ = conn => {}
+        _ = kill.changed() => {}
     }
 }
 
