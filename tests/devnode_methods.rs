@@ -8,11 +8,15 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use snowgate::devnode::{DevNode, DevNodeConfig};
+use snowgate::devnode::{DevNode, DevNodeConfig, NodeVersion};
 use snowgate::jsonrpc::Json;
 
 const BAD_ARGS: &str = "couldn't unmarshal an argument. Ensure arguments are valid and properly formatted. See documentation for example calls";
 const EMPTY: &str = "11111111111111111111111111111111LpoYY";
+/// The last release with the keystore API (removed in v1.12.2).
+const KEYSTORE: NodeVersion = NodeVersion::new(1, 12, 1);
+/// The last release with getPendingValidators and getMaxStakeAmount (removed in v1.11.3).
+const PENDING: NodeVersion = NodeVersion::new(1, 11, 2);
 
 struct Node {
     node: DevNode,
@@ -25,9 +29,16 @@ impl Node {
     }
 
     async fn start_with(seed: u64) -> Node {
+        Node::start_version(seed, NodeVersion::CURRENT).await
+    }
+
+    /// A node playing release `version` (the keystore and pending-staker methods are only
+    /// served by the releases before their removal).
+    async fn start_version(seed: u64, version: NodeVersion) -> Node {
         let node = DevNode::spawn(DevNodeConfig {
             block_interval: Duration::from_millis(200),
             seed,
+            version,
             ..Default::default()
         })
         .await
@@ -495,7 +506,8 @@ async fn same_seed_gives_identical_blocks() {
 
 #[tokio::test]
 async fn get_utxos_pages_through_a_big_address_without_loss() {
-    let n = Node::start().await;
+    // listAddresses names the demo user's addresses: a release that still has the keystore.
+    let n = Node::start_version(7, KEYSTORE).await;
     let addrs = n
         .ok(
             "platform.listAddresses",
@@ -619,7 +631,7 @@ async fn get_utxos_pages_through_a_big_address_without_loss() {
 
 #[tokio::test]
 async fn balances_stake_and_rewards() {
-    let n = Node::start().await;
+    let n = Node::start_version(7, KEYSTORE).await;
     let addrs = n
         .ok(
             "platform.listAddresses",
@@ -1040,7 +1052,8 @@ async fn validators_subnets_and_chains() {
         "fetching current supply failed: not found"
     );
 
-    // Removed-but-served methods.
+    // Methods removed in v1.11.3, served by a node of the release before.
+    let n = Node::start_version(7, PENDING).await;
     let pend = n.ok("platform.getPendingValidators", json!({})).await;
     assert_eq!(keys(&pend), ["validators", "delegators"]);
     assert_eq!(
@@ -1113,7 +1126,7 @@ async fn fees_time_and_heights() {
 
 #[tokio::test]
 async fn keystore_methods_need_the_demo_user() {
-    let n = Node::start().await;
+    let n = Node::start_version(7, KEYSTORE).await;
     let creds = json!({"username": "demo", "password": "Sn0wg4te-demo!"});
     let list = n.ok("platform.listAddresses", creds.clone()).await;
     let addr = list["addresses"][0].as_str().unwrap();

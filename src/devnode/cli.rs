@@ -2,9 +2,10 @@
 //! force from the start (they can be changed later at its control endpoint, `/_devnode`).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{DevNode, DevNodeConfig, Faults};
+use super::{DevNode, DevNodeConfig, Faults, NodeVersion, TlsIdentity};
 
 /// Flags of `snowgate devnode`.
 #[derive(Debug, clap::Args)]
@@ -24,6 +25,18 @@ pub struct DevnodeArgs {
     /// Index of this node in its network: picks its node ID.
     #[arg(long, default_value_t = 0)]
     pub node_index: u32,
+    /// The avalanchego release to play (e.g. "v1.13.0"): what info.getNodeVersion reports and
+    /// which methods the node serves (getAllValidatorsAt and /ext/bc/P/proposervm from v1.14.0;
+    /// the keystore methods until v1.12.1; getPendingValidators and getMaxStakeAmount until
+    /// v1.11.2).
+    #[arg(long, default_value_t = NodeVersion::CURRENT, value_parser = node_version)]
+    pub version: NodeVersion,
+    /// Serve HTTPS with this certificate chain (PEM, leaf first); needs --tls-key.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// Fault: fixed delay added to every answer (e.g. "50ms").
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     pub latency: Duration,
@@ -45,14 +58,20 @@ pub struct DevnodeArgs {
 }
 
 impl DevnodeArgs {
-    /// The node's configuration.
-    pub fn config(&self) -> DevNodeConfig {
-        DevNodeConfig {
+    /// The node's configuration (reads the TLS files, if any).
+    pub fn config(&self) -> std::io::Result<DevNodeConfig> {
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsIdentity::from_files(cert, key)?),
+            _ => None,
+        };
+        Ok(DevNodeConfig {
             listen: self.listen,
             network_id: self.network_id,
             block_interval: self.block_interval,
             seed: self.seed,
             node_index: self.node_index,
+            version: self.version,
+            tls,
             faults: Faults {
                 latency: self.latency,
                 jitter: self.jitter,
@@ -62,8 +81,12 @@ impl DevnodeArgs {
                 frozen: self.frozen,
                 bootstrapping: self.bootstrapping,
             },
-        }
+        })
     }
+}
+
+fn node_version(s: &str) -> Result<NodeVersion, String> {
+    s.parse().map_err(|e| format!("{e}"))
 }
 
 fn fraction(s: &str) -> Result<f64, String> {
@@ -77,10 +100,11 @@ fn fraction(s: &str) -> Result<f64, String> {
 
 /// Runs a devnode until Ctrl-C.
 pub async fn run(args: DevnodeArgs) -> anyhow::Result<()> {
-    let node = DevNode::spawn(args.config()).await?;
+    let node = DevNode::spawn(args.config()?).await?;
     tracing::info!(
         addr = %node.addr(),
         node_id = node.node_id(),
+        version = %node.version(),
         control = %format!("{}/_devnode", node.url()),
         "devnode listening"
     );
@@ -114,11 +138,31 @@ mod tests {
             "2",
         ])
         .unwrap();
-        let config = cli.args.config();
+        let config = cli.args.config().unwrap();
         assert_eq!(config.faults.latency, Duration::from_millis(20));
         assert_eq!(config.faults.error_rate, 0.25);
         assert!(config.faults.frozen && !config.faults.bootstrapping);
         assert_eq!(config.node_index, 2);
+        assert_eq!(config.version, NodeVersion::CURRENT);
+        let cli = Cli::try_parse_from(["devnode", "--version", "v1.13.0"]).unwrap();
+        assert_eq!(
+            cli.args.config().unwrap().version,
+            NodeVersion::new(1, 13, 0)
+        );
+        assert!(Cli::try_parse_from(["devnode", "--version", "1.13"]).is_err());
+        // The certificate needs its key and the other way round.
+        assert!(Cli::try_parse_from(["devnode", "--tls-cert", "c.pem"]).is_err());
+        assert!(Cli::try_parse_from(["devnode", "--tls-key", "k.pem"]).is_err());
+        let cli = Cli::try_parse_from([
+            "devnode",
+            "--tls-cert",
+            "/nonexistent/c.pem",
+            "--tls-key",
+            "k",
+        ])
+        .unwrap();
+        let err = cli.args.config().unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/c.pem"), "{err}");
         assert!(Cli::try_parse_from(["devnode", "--drop-rate", "2"]).is_err());
     }
 }

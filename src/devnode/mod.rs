@@ -20,8 +20,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use chain::{Chain, ChainConfig, NodeIdentity, View};
-pub use server::{Control, DevNode, Faults, P_CHAIN_PATHS};
+pub use chain::{Chain, ChainConfig, NodeIdentity, NodeVersion, View};
+pub use server::{Control, DevNode, Faults, TlsIdentity, P_CHAIN_PATHS};
 
 /// Settings of one simulated node.
 #[derive(Debug, Clone)]
@@ -36,6 +36,11 @@ pub struct DevNodeConfig {
     pub seed: u64,
     /// Index of this node in its network: picks its node ID, BLS key and IP.
     pub node_index: u32,
+    /// The avalanchego release the node plays: `info.getNodeVersion` reports it, and the node
+    /// serves exactly that release's methods (others answer "rpc: can't find method").
+    pub version: NodeVersion,
+    /// Serve HTTPS with this certificate and key instead of HTTP (`None`: plain HTTP).
+    pub tls: Option<TlsIdentity>,
     /// Faults in force from the start.
     pub faults: Faults,
 }
@@ -48,6 +53,8 @@ impl Default for DevNodeConfig {
             block_interval: Duration::from_secs(2),
             seed: 1,
             node_index: 0,
+            version: NodeVersion::CURRENT,
+            tls: None,
             faults: Faults::default(),
         }
     }

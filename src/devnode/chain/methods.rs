@@ -64,7 +64,7 @@ pub(super) fn dispatch(
         }
         ("info", "GetNodeVersion") => {
             Args::none(p)?;
-            Ok(NODE_VERSION.to_string())
+            Ok(node_version(v))
         }
         ("info", "GetTxFee") => {
             Args::none(p)?;
@@ -137,6 +137,15 @@ pub(super) fn dispatch(
         ("platform", "GetTxStatus") => c.tx_status(v, p),
         ("platform", "GetUTXOs") => c.get_utxos(v, p),
         ("platform", "GetValidatorsAt") => c.validators_at(v, p),
+        ("platform", "GetAllValidatorsAt") => c.all_validators_at(v, p),
+        ("proposervm", "GetProposedHeight") => {
+            Args::none(p)?;
+            Ok(format!("{{\"height\":\"{}\"}}", c.proposed_height(v)))
+        }
+        ("proposervm", "GetCurrentEpoch") => {
+            Args::none(p)?;
+            Ok(c.current_epoch(v))
+        }
         ("platform", "GetValidatorFeeConfig") => {
             Args::none(p)?;
             Ok("{\"capacity\":20000,\"target\":10000,\"minPrice\":512,\"excessConversionConstant\":1246488515}".to_string())
@@ -161,7 +170,16 @@ pub(super) fn dispatch(
     }
 }
 
-const NODE_VERSION: &str = "{\"version\":\"avalanchego/1.14.2\",\"databaseVersion\":\"v1.4.5\",\"rpcProtocolVersion\":\"45\",\"gitCommit\":\"1cf1fc3d17a6e2b0e6d4f7c1e5a8b9d0c2f3e4a5\",\"vmVersions\":{\"avm\":\"v1.14.2\",\"evm\":\"v1.14.2\",\"platform\":\"v1.14.2\"}}";
+/// `info.getNodeVersion` for the release the node plays. The built-in VMs carry the node's own
+/// version; `databaseVersion`, `rpcProtocolVersion` and `gitCommit` are v1.14.2's whatever the
+/// release (the reference gives only those: a client that routes by version reads `version`).
+fn node_version(v: &View<'_>) -> String {
+    let n = v.version;
+    let bare = format!("{}.{}.{}", n.major, n.minor, n.patch);
+    format!(
+        "{{\"version\":\"avalanchego/{bare}\",\"databaseVersion\":\"v1.4.5\",\"rpcProtocolVersion\":\"45\",\"gitCommit\":\"1cf1fc3d17a6e2b0e6d4f7c1e5a8b9d0c2f3e4a5\",\"vmVersions\":{{\"avm\":\"{n}\",\"evm\":\"{n}\",\"platform\":\"{n}\"}}}}"
+    )
+}
 const GRANITE_TIME: u64 = 1_763_568_000;
 /// Max UTXOs per getUTXOs page and max addresses per call.
 const MAX_PAGE: usize = 1024;
@@ -917,21 +935,25 @@ impl Chain {
         Some(out)
     }
 
+    /// The height a `height` argument names: `"proposed"` is the node's proposervm height; a
+    /// height above the node's tip is the "unfinalized height" error (naming `subnet`).
+    fn height_arg(&self, v: &View<'_>, height: HeightArg, subnet: &Id) -> Result<u64, CallError> {
+        let tip = self.height(v);
+        match height {
+            HeightArg::Proposed => Ok(self.proposed_height(v)),
+            HeightArg::At(h) if h > tip => Err(app(format!(
+                "failed to get validator set at {h}: failed to fetch validator set at unfinalized height with SubnetID = {}: current P-chain height ({tip}) < requested P-Chain height ({h})",
+                id_str(subnet)
+            ))),
+            HeightArg::At(h) => Ok(h),
+        }
+    }
+
     fn validators_at(&self, v: &View<'_>, p: Option<&Json>) -> Res {
         let a = Args::new(p)?;
         let height = a.height("height")?;
         let subnet = a.id("subnetID")?;
-        let tip = self.height(v);
-        let h = match height {
-            HeightArg::Proposed => self.proposed_height(v),
-            HeightArg::At(h) if h > tip => {
-                return Err(app(format!(
-                    "failed to get validator set at {h}: failed to fetch validator set at unfinalized height with SubnetID = {}: current P-chain height ({tip}) < requested P-Chain height ({h})",
-                    id_str(&subnet)
-                )))
-            }
-            HeightArg::At(h) => h,
-        };
+        let h = self.height_arg(v, height, &subnet)?;
         let set = self.set_at(&subnet, h).unwrap_or_default();
         let mut out = String::with_capacity(64 + set.len() * 200);
         out.push('{');
@@ -946,6 +968,108 @@ impl Chain {
         }
         out.push('}');
         Ok(out)
+    }
+
+    /// `platform.getAllValidatorsAt` (v1.14.0+): every subnet's validator set at a height, in
+    /// the reference's shape: `{"validatorSets":{"<subnetID>":{"validators":[{"publicKey",
+    /// "weight","nodeIDs"}],"totalWeight"}}}`. Subnets are keyed in CB58 order (Go sorts map
+    /// keys); within a set, validators sharing a BLS key are one entry (the warp set's
+    /// flattening), sorted by key, and a validator without a key has `"publicKey":null` (the
+    /// reference's shape allows null; where a real node places such validators is not shown, so
+    /// they come last, one entry each). A height above the tip is getValidatorsAt's error,
+    /// naming the primary network.
+    fn all_validators_at(&self, v: &View<'_>, p: Option<&Json>) -> Res {
+        let a = Args::new(p)?;
+        let height = a.height("height")?;
+        let h = self.height_arg(v, height, &EMPTY_ID)?;
+        let mut subnets: Vec<Id> = vec![EMPTY_ID];
+        subnets.extend(self.st.subnets.iter().map(|s| s.id));
+        let mut sets: BTreeMap<String, String> = BTreeMap::new();
+        for subnet in &subnets {
+            let Some(set) = self.set_at(subnet, h) else {
+                continue;
+            };
+            if set.is_empty() {
+                continue;
+            }
+            // BLS key -> (weight, node IDs); keyless validators kept apart.
+            let mut keyed: BTreeMap<String, (u64, Vec<String>)> = BTreeMap::new();
+            let mut keyless: Vec<(String, u64)> = Vec::new();
+            let mut total: u64 = 0;
+            for (node, (pk, w)) in set {
+                total = total.saturating_add(w);
+                match pk {
+                    Some(k) => {
+                        let e = keyed.entry(k).or_default();
+                        e.0 = e.0.saturating_add(w);
+                        e.1.push(node);
+                    }
+                    None => keyless.push((node, w)),
+                }
+            }
+            let mut out = String::from("{\"validators\":[");
+            let entries = keyed
+                .into_iter()
+                .map(|(k, (w, nodes))| (format!("\"{k}\""), w, nodes))
+                .chain(
+                    keyless
+                        .into_iter()
+                        .map(|(n, w)| ("null".to_string(), w, vec![n])),
+                );
+            for (i, (pk, w, nodes)) in entries.enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                let nodes: Vec<String> = nodes.iter().map(|n| format!("\"{n}\"")).collect();
+                let _ = write!(
+                    out,
+                    "{{\"publicKey\":{pk},\"weight\":\"{w}\",\"nodeIDs\":[{}]}}",
+                    nodes.join(",")
+                );
+            }
+            let _ = write!(out, "],\"totalWeight\":\"{total}\"}}");
+            sets.insert(id_str(subnet), out);
+        }
+        let mut out = String::from("{\"validatorSets\":{");
+        for (i, (id, set)) in sets.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            let _ = write!(out, "\"{id}\":{set}");
+        }
+        out.push_str("}}");
+        Ok(out)
+    }
+
+    /// `graniteTime` (Unix seconds) and `graniteEpochDuration` (seconds) of this network, as
+    /// `info.upgrades` reports them.
+    fn granite_epochs(&self) -> (u64, u64) {
+        match self.st.net.network_id {
+            1 => (GRANITE_TIME, 300),
+            5 => (1_762_873_200, 300),
+            _ => (1_607_144_400, 30),
+        }
+    }
+
+    /// `proposervm.getCurrentEpoch` (v1.14.0+, Granite's epochs): `{"number","startTime",
+    /// "pChainHeight"}`, all quoted uint64s as the reference gives them. The reference gives the
+    /// shape, not the rule, so this is the most plausible reading, simulated: epochs of
+    /// `graniteEpochDuration` (as `info.upgrades` reports it) counted from `graniteTime`,
+    /// taken at the time of the node's proposed height; `startTime` is the epoch's start in Unix
+    /// seconds and `pChainHeight` the last block accepted at or before it (0 before Granite).
+    fn current_epoch(&self, v: &View<'_>) -> String {
+        let (granite, epoch_secs) = self.granite_epochs();
+        let t = self.time_at(self.proposed_height(v));
+        let number = t.saturating_sub(granite) / epoch_secs;
+        let start = granite + number * epoch_secs;
+        let tip = usize::try_from(self.height(v)).unwrap_or(usize::MAX);
+        let blocks = self.st.blocks.get(..=tip).unwrap_or(&self.st.blocks);
+        let p_height = blocks
+            .partition_point(|b| b.time <= start)
+            .saturating_sub(1);
+        format!(
+            "{{\"number\":\"{number}\",\"startTime\":\"{start}\",\"pChainHeight\":\"{p_height}\"}}"
+        )
     }
 
     fn sample_validators(&self, v: &View<'_>, p: Option<&Json>) -> Res {

@@ -9,6 +9,7 @@
 //! * [`args`]: params decoded with Go's rules (typed getters; mismatches are [`CallError::BadArgs`]).
 //! * [`tx`]: tx, block and UTXO bytes, and their `json` renderings.
 //! * [`state`]: the deterministic genesis and block production.
+//! * [`version`]: the release a node plays and the methods each release serves.
 //! * `methods`: each method as a function of the state and a view.
 
 pub mod args;
@@ -16,6 +17,7 @@ pub mod codec;
 mod methods;
 pub mod state;
 pub mod tx;
+pub mod version;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -25,6 +27,8 @@ use parking_lot::Mutex;
 use self::codec::{hash_parts, hex_checksum, hex_plain, node_id_str, Id, EMPTY_ID};
 use self::state::{identity_node_id, Signer, State};
 use self::tx::{BaseTx, TransferIn, TransferOut, Tx, Unsigned};
+pub use self::version::NodeVersion;
+use self::version::Served;
 use crate::jsonrpc::Json;
 
 /// The fixed message avalanchego substitutes for any params decoding failure.
@@ -86,6 +90,8 @@ pub struct View<'a> {
     pub bootstrapped: bool,
     /// The node answering.
     pub identity: &'a NodeIdentity,
+    /// The release the node plays (`info.getNodeVersion`).
+    pub version: NodeVersion,
 }
 
 /// Why a method call failed.
@@ -131,55 +137,103 @@ pub struct Chain {
     pool: Mutex<Pool>,
 }
 
-/// Every method of the spec, by service and Go method name.
-const METHODS: &[(&str, &str)] = &[
-    ("info", "Acps"),
-    ("info", "IsBootstrapped"),
-    ("info", "GetBlockchainID"),
-    ("info", "GetNetworkID"),
-    ("info", "GetNetworkName"),
-    ("info", "GetNodeID"),
-    ("info", "GetNodeIP"),
-    ("info", "GetNodeVersion"),
-    ("info", "GetTxFee"),
-    ("info", "GetVMs"),
-    ("info", "Peers"),
-    ("info", "Uptime"),
-    ("info", "Upgrades"),
-    ("platform", "ExportKey"),
-    ("platform", "ListAddresses"),
-    ("platform", "GetBalance"),
-    ("platform", "GetBlock"),
-    ("platform", "GetBlockByHeight"),
-    ("platform", "GetBlockchains"),
-    ("platform", "GetBlockchainStatus"),
-    ("platform", "GetCurrentSupply"),
-    ("platform", "GetCurrentValidators"),
-    ("platform", "GetFeeConfig"),
-    ("platform", "GetFeeState"),
-    ("platform", "GetHeight"),
-    ("platform", "GetL1Validator"),
-    ("platform", "GetProposedHeight"),
-    ("platform", "GetMaxStakeAmount"),
-    ("platform", "GetMinStake"),
-    ("platform", "GetPendingValidators"),
-    ("platform", "GetRewardUTXOs"),
-    ("platform", "GetStake"),
-    ("platform", "GetStakingAssetID"),
-    ("platform", "GetSubnet"),
-    ("platform", "GetSubnets"),
-    ("platform", "GetTimestamp"),
-    ("platform", "GetTotalStake"),
-    ("platform", "GetTx"),
-    ("platform", "GetTxStatus"),
-    ("platform", "GetUTXOs"),
-    ("platform", "GetValidatorsAt"),
-    ("platform", "GetValidatorFeeConfig"),
-    ("platform", "GetValidatorFeeState"),
-    ("platform", "IssueTx"),
-    ("platform", "SampleValidators"),
-    ("platform", "ValidatedBy"),
-    ("platform", "Validates"),
+/// Every method of the spec, by service and Go method name, with the releases that serve it
+/// (reference §5, "Other version markers" and "Version history").
+const METHODS: &[(&str, &str, Served)] = &[
+    ("info", "Acps", Served::ALWAYS),
+    ("info", "IsBootstrapped", Served::ALWAYS),
+    ("info", "GetBlockchainID", Served::ALWAYS),
+    ("info", "GetNetworkID", Served::ALWAYS),
+    ("info", "GetNetworkName", Served::ALWAYS),
+    ("info", "GetNodeID", Served::ALWAYS),
+    ("info", "GetNodeIP", Served::ALWAYS),
+    ("info", "GetNodeVersion", Served::ALWAYS),
+    ("info", "GetTxFee", Served::ALWAYS),
+    ("info", "GetVMs", Served::ALWAYS),
+    ("info", "Peers", Served::ALWAYS),
+    ("info", "Uptime", Served::ALWAYS),
+    ("info", "Upgrades", Served::since(version::V1_11_11)),
+    (
+        "platform",
+        "ExportKey",
+        Served::removed_in(version::V1_12_2),
+    ),
+    (
+        "platform",
+        "ListAddresses",
+        Served::removed_in(version::V1_12_2),
+    ),
+    ("platform", "GetBalance", Served::ALWAYS),
+    ("platform", "GetBlock", Served::ALWAYS),
+    ("platform", "GetBlockByHeight", Served::ALWAYS),
+    ("platform", "GetBlockchains", Served::ALWAYS),
+    ("platform", "GetBlockchainStatus", Served::ALWAYS),
+    ("platform", "GetCurrentSupply", Served::ALWAYS),
+    ("platform", "GetCurrentValidators", Served::ALWAYS),
+    ("platform", "GetFeeConfig", Served::since(version::V1_11_11)),
+    ("platform", "GetFeeState", Served::since(version::V1_11_11)),
+    ("platform", "GetHeight", Served::ALWAYS),
+    (
+        "platform",
+        "GetL1Validator",
+        Served::since(version::V1_11_13),
+    ),
+    (
+        "platform",
+        "GetProposedHeight",
+        Served::since(version::V1_11_13),
+    ),
+    (
+        "platform",
+        "GetMaxStakeAmount",
+        Served::removed_in(version::V1_11_3),
+    ),
+    ("platform", "GetMinStake", Served::ALWAYS),
+    (
+        "platform",
+        "GetPendingValidators",
+        Served::removed_in(version::V1_11_3),
+    ),
+    ("platform", "GetRewardUTXOs", Served::ALWAYS),
+    ("platform", "GetStake", Served::ALWAYS),
+    ("platform", "GetStakingAssetID", Served::ALWAYS),
+    ("platform", "GetSubnet", Served::since(version::V1_11_0)),
+    ("platform", "GetSubnets", Served::ALWAYS),
+    ("platform", "GetTimestamp", Served::ALWAYS),
+    ("platform", "GetTotalStake", Served::ALWAYS),
+    ("platform", "GetTx", Served::ALWAYS),
+    ("platform", "GetTxStatus", Served::ALWAYS),
+    ("platform", "GetUTXOs", Served::ALWAYS),
+    ("platform", "GetValidatorsAt", Served::ALWAYS),
+    (
+        "platform",
+        "GetAllValidatorsAt",
+        Served::since(version::V1_14_0),
+    ),
+    (
+        "platform",
+        "GetValidatorFeeConfig",
+        Served::since(version::V1_12_2),
+    ),
+    (
+        "platform",
+        "GetValidatorFeeState",
+        Served::since(version::V1_12_2),
+    ),
+    ("platform", "IssueTx", Served::ALWAYS),
+    ("platform", "SampleValidators", Served::ALWAYS),
+    ("platform", "ValidatedBy", Served::ALWAYS),
+    ("platform", "Validates", Served::ALWAYS),
+    (
+        "proposervm",
+        "GetProposedHeight",
+        Served::since(version::V1_14_0),
+    ),
+    (
+        "proposervm",
+        "GetCurrentEpoch",
+        Served::since(version::V1_14_0),
+    ),
 ];
 
 impl Chain {
@@ -192,9 +246,20 @@ impl Chain {
         }
     }
 
-    /// Does `service` ("info" or "platform") have a Go method named `go_method` ("GetHeight")?
+    /// Does `service` ("info", "platform" or "proposervm") have a Go method named `go_method`
+    /// ("GetHeight") in any release?
     pub fn has_method(service: &str, go_method: &str) -> bool {
-        METHODS.iter().any(|&(s, m)| s == service && m == go_method)
+        METHODS
+            .iter()
+            .any(|&(s, m, _)| s == service && m == go_method)
+    }
+
+    /// Does release `version` serve `service.go_method`? A method it does not serve is unknown
+    /// to such a node: "rpc: can't find method".
+    pub fn serves(version: NodeVersion, service: &str, go_method: &str) -> bool {
+        METHODS
+            .iter()
+            .any(|&(s, m, served)| s == service && m == go_method && served.serves(version))
     }
 
     /// Last accepted height as seen by `view`.
@@ -306,11 +371,13 @@ mod tests {
             height_cap: None,
             bootstrapped: true,
             identity: &id,
+            version: NodeVersion::CURRENT,
         };
         let frozen = View {
             height_cap: Some(1002),
             bootstrapped: true,
             identity: &id,
+            version: NodeVersion::CURRENT,
         };
         assert_eq!(c.height(&live), 1005);
         assert_eq!(
@@ -389,6 +456,7 @@ mod tests {
             height_cap: None,
             bootstrapped: false,
             identity: &id,
+            version: NodeVersion::CURRENT,
         };
         assert_eq!(
             call(&c, &v, "info.IsBootstrapped", r#"{"chain":"P"}"#).unwrap(),
@@ -425,11 +493,13 @@ mod tests {
             height_cap: None,
             bootstrapped: true,
             identity: &a,
+            version: NodeVersion::CURRENT,
         };
         let vb = View {
             height_cap: None,
             bootstrapped: true,
             identity: &b,
+            version: NodeVersion::CURRENT,
         };
         for m in ["info.GetNodeID", "info.Peers", "info.GetNodeIP"] {
             assert_ne!(call(&c, &va, m, "{}"), call(&c, &vb, m, "{}"), "{m}");
@@ -446,7 +516,7 @@ mod tests {
 
     #[test]
     fn every_method_is_registered() {
-        for (s, m) in METHODS {
+        for (s, m, _) in METHODS {
             assert!(Chain::has_method(s, m));
         }
         assert!(!Chain::has_method("platform", "Nope"));

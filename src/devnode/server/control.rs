@@ -9,6 +9,8 @@
 //! | `GET /_devnode/faults` | the [`Faults`] in force |
 //! | `PUT`/`POST /_devnode/faults` | merge a (partial) JSON object into them; answers the result |
 //! | `DELETE /_devnode/faults` | clear every fault |
+//! | `GET /_devnode/version` | `{"version":"v1.14.2"}`, the release the node plays |
+//! | `PUT`/`POST /_devnode/version` | `{"version":"v1.13.0"}`: play that release from now on (an upgrade in place) |
 //! | `GET /_devnode/calls` | `{"total":N,"calls":{"method":n,...}}` |
 //! | `DELETE /_devnode/calls` | reset the counts |
 //! | `POST /_devnode/down?for=2s` | go down (listener closed, connections dropped) ~100 ms after answering 202, come back up on the same port after the duration |
@@ -62,15 +64,34 @@ pub async fn serve(control: &Control, req: Request<Incoming>) -> Resp {
             control.set_faults(Faults::default());
             ok(&control.faults())
         }
+        (Method::GET, "/_devnode/version") => ok(&version_json(control)),
+        (Method::PUT | Method::POST, "/_devnode/version") => {
+            let body = match read_json(req).await {
+                Ok(v) => v,
+                Err(e) => return bad_request(&e),
+            };
+            let Some(text) = body.get("version").and_then(|v| v.as_str()) else {
+                return bad_request("give the release as {\"version\":\"v1.14.0\"}");
+            };
+            match text.parse() {
+                Ok(version) => {
+                    control.set_version(version);
+                    ok(&version_json(control))
+                }
+                Err(e) => bad_request(&format!("{e}")),
+            }
+        }
         (Method::GET, "/_devnode/calls") => ok(&calls_json(control)),
         (Method::DELETE, "/_devnode/calls") => {
             control.reset_calls();
             ok(&calls_json(control))
         }
         (Method::POST, "/_devnode/down") => down(control, &query),
-        (_, "/_devnode" | "/_devnode/faults" | "/_devnode/calls" | "/_devnode/down") => {
-            error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed here")
-        }
+        (
+            _,
+            "/_devnode" | "/_devnode/faults" | "/_devnode/version" | "/_devnode/calls"
+            | "/_devnode/down",
+        ) => error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed here"),
         _ => error(StatusCode::NOT_FOUND, "no such control path"),
     }
 }
@@ -100,6 +121,10 @@ fn down(control: &Control, query: &str) -> Resp {
     r.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
     r
+}
+
+fn version_json(control: &Control) -> serde_json::Value {
+    json!({ "version": control.version().to_string() })
 }
 
 fn calls_json(control: &Control) -> serde_json::Value {

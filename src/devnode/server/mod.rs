@@ -10,8 +10,11 @@
 //! 3. `Node-Id` on every answer, then CORS ([`crate::jsonrpc::http::Cors`], the gateway's rules too;
 //!    preflights end here), then the `hosts` filter,
 //!    the `Avalanche-Api-Route` header, then `routes` (404, 301 for unclean paths).
-//! 4. P-chain routes only: the bootstrapping gate (503).
+//! 4. P-chain routes only (and `/ext/bc/P/proposervm` from v1.14.0): the bootstrapping gate (503).
 //! 5. `rpc`: gorilla/rpc's 405/415, the envelope, method dispatch to the chain or `health`.
+//!
+//! With a [`TlsIdentity`] the node serves HTTPS instead (`tls`): the handshake comes first, the
+//! rest is the same.
 //!
 //! [`DevNode`] owns a running node; [`Control`] is the cheap, cloneable handle that changes it.
 
@@ -23,6 +26,7 @@ mod hosts;
 mod reply;
 mod routes;
 mod rpc;
+mod tls;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -46,7 +50,8 @@ use self::reply::Resp;
 pub use self::routes::P_CHAIN_PATHS;
 use self::routes::{HealthKind, Route, Routing};
 use self::rpc::Service;
-use super::chain::{CallError, ChainConfig, NodeIdentity, View};
+pub use self::tls::TlsIdentity;
+use super::chain::{CallError, Chain, ChainConfig, NodeIdentity, NodeVersion, View};
 use super::{DevNodeConfig, Network};
 use crate::jsonrpc::http::{Cors, NOT_FOUND_TEXT};
 use crate::jsonrpc::Json;
@@ -55,6 +60,8 @@ use crate::jsonrpc::Json;
 const NODE_ID: HeaderName = HeaderName::from_static("node-id");
 /// The header that bypasses path routing on a real node (gRPC/connect handlers).
 const API_ROUTE: HeaderName = HeaderName::from_static("avalanche-api-route");
+/// Time a client has to finish the TLS handshake (Go's read timeout in avalanchego).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pending connections the kernel queues for us.
 const BACKLOG: u32 = 1024;
 
@@ -62,8 +69,13 @@ const BACKLOG: u32 = 1024;
 struct NodeState {
     network: Network,
     identity: NodeIdentity,
+    /// The release this node plays: what `info.getNodeVersion` reports and which methods and
+    /// routes it serves. Changeable live ([`Control::set_version`]), as an upgrade does.
+    version: parking_lot::RwLock<NodeVersion>,
     node_id_header: HeaderValue,
     addr: SocketAddr,
+    /// Set when the node serves HTTPS: every connection is a TLS handshake first.
+    tls: Option<tokio_rustls::TlsAcceptor>,
     faults: FaultState,
     calls: CallCounter,
     health: HealthState,
@@ -78,12 +90,18 @@ struct NodeState {
 }
 
 impl NodeState {
+    /// The release this node plays now.
+    fn version(&self) -> NodeVersion {
+        *self.version.read()
+    }
+
     /// How this node sees the chain right now.
     fn view(&self) -> View<'_> {
         View {
             height_cap: self.faults.height_cap(),
             bootstrapped: !self.faults.bootstrapping(),
             identity: &self.identity,
+            version: self.version(),
         }
     }
 
@@ -98,6 +116,7 @@ impl NodeState {
             height_cap: None,
             bootstrapped: true,
             identity: &self.identity,
+            version: self.version(),
         };
         self.network.chain().read().height(&view)
     }
@@ -144,6 +163,8 @@ impl DevNode {
     /// `block_interval` are the network's business and are only used for the node's identity
     /// (`seed`).
     pub async fn spawn_in(network: Network, config: DevNodeConfig) -> io::Result<DevNode> {
+        // A bad certificate or key fails here, before the port is taken.
+        let tls = config.tls.as_ref().map(TlsIdentity::acceptor).transpose()?;
         let listener = bind(config.listen)?;
         let addr = listener.local_addr()?;
         let identity = NodeIdentity::generate(config.seed, config.node_index);
@@ -152,8 +173,10 @@ impl DevNode {
         let node = Arc::new(NodeState {
             network: network.clone(),
             identity,
+            version: parking_lot::RwLock::new(config.version),
             node_id_header,
             addr,
+            tls,
             faults: FaultState::default(),
             calls: CallCounter::default(),
             health: HealthState::default(),
@@ -174,9 +197,19 @@ impl DevNode {
         self.control.node.addr
     }
 
-    /// The node's base URL (`http://127.0.0.1:PORT`).
+    /// The node's base URL (`http://127.0.0.1:PORT`, or `https://` when it serves TLS).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr())
+        let scheme = if self.control.node.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.addr())
+    }
+
+    /// The release the node plays.
+    pub fn version(&self) -> NodeVersion {
+        self.control.node.version()
     }
 
     /// The network this node belongs to.
@@ -314,6 +347,17 @@ impl Control {
         &self.node.identity.node_id
     }
 
+    /// The release the node plays.
+    pub fn version(&self) -> NodeVersion {
+        self.node.version()
+    }
+
+    /// Plays another release from the next request on (a node upgraded or downgraded in place;
+    /// open connections are kept: go down and up around it to mimic a restart).
+    pub fn set_version(&self, version: NodeVersion) {
+        *self.node.version.write() = version;
+    }
+
     /// The address the node listens on (when up).
     pub fn addr(&self) -> SocketAddr {
         self.node.addr
@@ -323,6 +367,7 @@ impl Control {
     pub fn status(&self) -> serde_json::Value {
         serde_json::json!({
             "node_id": self.node.identity.node_id,
+            "version": self.node.version().to_string(),
             "addr": self.node.addr.to_string(),
             "up": self.is_up(),
             "height": self.node.height(),
@@ -346,8 +391,8 @@ fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     socket.listen(BACKLOG)
 }
 
-/// Accepts connections until aborted; each connection serves HTTP/1.1 (keep-alive) or
-/// cleartext HTTP/2 (prior knowledge) until it ends or the node drops it.
+/// Accepts connections until aborted; each connection serves HTTP/1.1 (keep-alive) or HTTP/2
+/// (prior knowledge in cleartext, ALPN over TLS) until it ends or the node drops it.
 async fn accept_loop(listener: TcpListener, node: Arc<NodeState>) {
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder
@@ -373,13 +418,43 @@ async fn accept_loop(listener: TcpListener, node: Arc<NodeState>) {
         let node = node.clone();
         let builder = builder.clone();
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| handle(node.clone(), req));
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
-            tokio::select! {
-                _ = conn => {}
-                _ = kill.changed() => {}
-            }
+            let Some(acceptor) = node.tls.clone() else {
+                serve_connection(&builder, TokioIo::new(stream), node, kill).await;
+                return;
+            };
+            // Go's server gives the handshake the read timeout (30 s); a client that never
+            // finishes it is dropped, and so is it when the node goes down meanwhile.
+            let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream));
+            let stream = tokio::select! {
+                done = handshake => match done {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, "devnode tls handshake failed");
+                        return;
+                    }
+                    Err(_) => return,
+                },
+                _ = kill.changed() => return,
+            };
+            serve_connection(&builder, TokioIo::new(stream), node, kill).await;
         });
+    }
+}
+
+/// Serves HTTP on one connection (plain or TLS) until it ends or the node drops it.
+async fn serve_connection<I>(
+    builder: &hyper_util::server::conn::auto::Builder<TokioExecutor>,
+    io: I,
+    node: Arc<NodeState>,
+    mut kill: watch::Receiver<u64>,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req| handle(node.clone(), req));
+    let conn = builder.serve_connection(io, service);
+    tokio::select! {
+        _ = conn => {}
+        _ = kill.changed() => {}
     }
 }
 
@@ -481,6 +556,18 @@ async fn routed(node: &NodeState, req: Request<Incoming>) -> Resp {
             "API call rejected because chain is not done bootstrapping\n",
         ),
         Some(Route::Platform) => rpc::serve(node, req, Service::Platform).await,
+        // The ProposerVM API exists from v1.14.0 on; before, the path is unknown to the router.
+        Some(Route::ProposerVm)
+            if !Chain::serves(node.version(), "proposervm", "GetCurrentEpoch") =>
+        {
+            reply::go_error(StatusCode::NOT_FOUND, NOT_FOUND_TEXT)
+        }
+        // A chain route: behind the same bootstrapping gate as the P-chain's own.
+        Some(Route::ProposerVm) if node.faults.bootstrapping() => reply::go_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "API call rejected because chain is not done bootstrapping\n",
+        ),
+        Some(Route::ProposerVm) => rpc::serve(node, req, Service::ProposerVm).await,
         Some(Route::Health) if req.method() == Method::GET => health::get(node, HealthKind::Health),
         Some(Route::Health) => rpc::serve(node, req, Service::Health).await,
         Some(Route::HealthReport(kind)) => health::get(node, kind),

@@ -24,6 +24,10 @@ pub enum Route {
     Info,
     /// One of [`P_CHAIN_PATHS`]: JSON-RPC service `platform`, behind the bootstrapping gate.
     Platform,
+    /// `/ext/bc/P/proposervm`: JSON-RPC service `proposervm` (v1.14.0+), behind the
+    /// bootstrapping gate. Only the documented path: whether the other P-chain aliases reach it
+    /// on a real node is not verified (reference §5).
+    ProposerVm,
     /// `/ext/health`: GET answers the health report, any other method is JSON-RPC `health.*`.
     Health,
     /// `/ext/health/{health,readiness,liveness}`: the report for any method.
@@ -34,6 +38,7 @@ pub enum Route {
 pub fn route(path: &[u8]) -> Option<Route> {
     Some(match path {
         b"/ext/info" => Route::Info,
+        b"/ext/bc/P/proposervm" => Route::ProposerVm,
         b"/ext/health" => Route::Health,
         b"/ext/health/health" => Route::HealthReport(HealthKind::Health),
         b"/ext/health/readiness" => Route::HealthReport(HealthKind::Readiness),
@@ -153,6 +158,8 @@ mod tests {
         assert_eq!(route(b"/ext/bc/P/"), None);
         assert_eq!(route(b"/ext/bc/p"), None);
         assert_eq!(route(b"/ext/platform"), Some(Route::Platform));
+        assert_eq!(route(b"/ext/bc/P/proposervm"), Some(Route::ProposerVm));
+        assert_eq!(route(b"/ext/bc/P/proposervm/"), None);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use hyper::body::Incoming;
 use super::health;
 use super::reply::{self, Resp, NOSNIFF};
 use super::NodeState;
-use crate::devnode::chain::{CallError, Chain, BAD_ARGS};
+use crate::devnode::chain::{CallError, Chain, NodeVersion, BAD_ARGS};
 use crate::jsonrpc::http as http_rules;
 use crate::jsonrpc::{self, names, response, Json, Verdict};
 
@@ -29,6 +29,8 @@ pub enum Service {
     Platform,
     /// `health.*` for POST `/ext/health`.
     Health,
+    /// `proposervm.*` at `/ext/bc/P/proposervm` (v1.14.0+).
+    ProposerVm,
 }
 
 impl Service {
@@ -38,13 +40,15 @@ impl Service {
             Service::Info => "info",
             Service::Platform => "platform",
             Service::Health => "health",
+            Service::ProposerVm => "proposervm",
         }
     }
 
-    fn has_method(self, go_method: &str) -> bool {
+    /// Does a node of release `version` serve `go_method` in this service?
+    fn has_method(self, version: NodeVersion, go_method: &str) -> bool {
         match self {
             Service::Health => health::has_method(go_method),
-            s => Chain::has_method(s.name(), go_method),
+            s => Chain::serves(version, s.name(), go_method),
         }
     }
 }
@@ -113,13 +117,17 @@ fn dispatch(
     params: Option<&Json>,
     id: Option<&[u8]>,
 ) -> (Vec<u8>, bool) {
-    let go_method = match names::resolve(method, service.name(), |m| service.has_method(m)) {
+    let version = node.version();
+    let go_method = match names::resolve(method, service.name(), |m| service.has_method(version, m))
+    {
         Ok(m) => m,
         Err(e) => return (response::error(-32000, &e.0, None, id), false),
     };
     let result = match service {
         Service::Health => health::rpc(node, &go_method, params),
-        Service::Info | Service::Platform => node.call_chain(service.name(), &go_method, params),
+        Service::Info | Service::Platform | Service::ProposerVm => {
+            node.call_chain(service.name(), &go_method, params)
+        }
     };
     match result {
         Ok(result) => (response::success(result.as_bytes(), id), true),
