@@ -36,6 +36,13 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             DevNodeConfig {
                 node_index: index,
                 block_interval: args.block_interval,
+                // A pool mid-upgrade: node-c still plays avalanchego v1.12.1, the last release
+                // with the keystore; the others the current one.
+                version: if index == 2 {
+                    crate::devnode::NodeVersion::new(1, 12, 1)
+                } else {
+                    crate::devnode::NodeVersion::CURRENT
+                },
                 ..Default::default()
             },
         )
