@@ -413,11 +413,15 @@ mod tests {
     fn upstream(name: &str, takes_traffic: bool, last_error: Option<&str>) -> UpstreamStatus {
         UpstreamStatus {
             name: name.into(),
+            role: None,
             healthy: last_error.is_none(),
             takes_traffic,
             implausible_height: false,
             bootstrapped: true,
             height: Some(7),
+            network_id: Some(12345),
+            network_mismatch: false,
+            version: None,
             in_flight: 0,
             last_error: last_error.map(str::to_string),
         }
