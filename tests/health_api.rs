@@ -196,6 +196,7 @@ async fn a_gateway_without_nodes_or_draining_says_unhealthy_with_http_200() {
         c.upstreams = vec![snowgate::config::UpstreamConfig {
             name: "down".into(),
             url: dead_url.clone(),
+            ..Default::default()
         }];
     })
     .await;
