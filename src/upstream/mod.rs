@@ -38,7 +38,6 @@ mod answer;
 mod balance;
 pub mod conn;
 mod health;
-mod identity;
 mod node;
 mod pending;
 mod pool;
