@@ -419,9 +419,6 @@ mod tests {
             implausible_height: false,
             bootstrapped: true,
             height: Some(7),
-            network_id: Some(12345),
-            network_mismatch: false,
-            version: None,
             in_flight: 0,
             last_error: last_error.map(str::to_string),
         }
