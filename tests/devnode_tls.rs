@@ -4,29 +4,18 @@
 //! and a plain-HTTP client, get no answer at all.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use snowgate::devnode::{DevNode, DevNodeConfig, TlsIdentity};
+use support::private_ca;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
-
-/// A CA, and a certificate for `127.0.0.1` / `localhost` it signed: (CA PEM, cert PEM, key PEM).
-fn private_ca() -> (String, String, String) {
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
-        .unwrap()
-        .signed_by(&key, &ca)
-        .unwrap();
-    (ca.pem(), cert.pem(), key.serialize_pem())
-}
 
 async fn tls_node(cert: &str, key: &str) -> DevNode {
     DevNode::spawn(DevNodeConfig {

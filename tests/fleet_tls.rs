@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use support::fleet::Fleet;
+use support::private_ca;
 
 /// A redis-server with TLS only on a loopback port (no plain TCP), killed on drop.
 struct TlsRedis {
@@ -25,19 +25,6 @@ impl Drop for TlsRedis {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-/// A CA, and a certificate for `127.0.0.1` / `localhost` it signed: (CA PEM, cert PEM, key PEM).
-fn private_ca() -> (String, String, String) {
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
-        .unwrap()
-        .signed_by(&key, &ca)
-        .unwrap();
-    (ca.pem(), cert.pem(), key.serialize_pem())
 }
 
 impl TlsRedis {
