@@ -260,16 +260,12 @@ impl RedisServer {
 
     /// `SET key value`, binary-safe.
     pub fn set_raw(&self, key: &[u8], value: &[u8]) {
-        let r = self.command(&[b"SET", key, value]);
-        assert_eq!(r, Resp::Simple("OK".into()), "SET {}", show(&[key]));
+        set(|args| self.command(args), key, value)
     }
 
     /// `GET key`, binary-safe (`None` when there is no such key).
     pub fn get_raw(&self, key: &[u8]) -> Option<Vec<u8>> {
-        match self.command(&[b"GET", key]) {
-            Resp::Bulk(v) => v,
-            other => panic!("GET {}: {other:?}", show(&[key])),
-        }
+        get(|args| self.command(args), key)
     }
 }
 
@@ -378,16 +374,12 @@ impl RedisCluster {
 
     /// `SET key value` on the master that owns `key`.
     pub fn set_raw(&self, key: &[u8], value: &[u8]) {
-        let r = self.command(&[b"SET", key, value]);
-        assert_eq!(r, Resp::Simple("OK".into()), "SET {}", show(&[key]));
+        set(|args| self.command(args), key, value)
     }
 
     /// `GET key` from the master that owns it.
     pub fn get_raw(&self, key: &[u8]) -> Option<Vec<u8>> {
-        match self.command(&[b"GET", key]) {
-            Resp::Bulk(v) => v,
-            other => panic!("GET {}: {other:?}", show(&[key])),
-        }
+        get(|args| self.command(args), key)
     }
 
     /// Runs `redis-cli -c` (following redirects) against the first master.
@@ -476,6 +468,20 @@ fn read_resp(r: &mut impl BufRead) -> std::io::Result<Resp> {
 }
 
 /// SCAN to the end (bounded: a test's Redis holds few keys).
+/// `SET key value` through `command` (one server's, or a cluster's that follows redirects).
+fn set(command: impl Fn(&[&[u8]]) -> Resp, key: &[u8], value: &[u8]) {
+    let r = command(&[b"SET", key, value]);
+    assert_eq!(r, Resp::Simple("OK".into()), "SET {}", show(&[key]));
+}
+
+/// `GET key` through `command` (`None` when there is no such key).
+fn get(command: impl Fn(&[&[u8]]) -> Resp, key: &[u8]) -> Option<Vec<u8>> {
+    match command(&[b"GET", key]) {
+        Resp::Bulk(v) => v,
+        other => panic!("GET {}: {other:?}", show(&[key])),
+    }
+}
+
 fn scan(command: impl Fn(&[&[u8]]) -> Resp, pattern: &str) -> Vec<Vec<u8>> {
     let mut keys = Vec::new();
     let mut cursor = b"0".to_vec();
