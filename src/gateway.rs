@@ -164,6 +164,7 @@ pub async fn assemble(
     );
     let first_round = (0..pool.upstreams().len()).map(|i| pool.check_once(i));
     futures_util::future::join_all(first_round).await;
+    pool.settle_network(config.network.id);
     let registry = Registry::with_overrides(&config.methods);
     // The fleet's Redis: asked once now (so that a Redis that is up is used from the first
     // request; one that is down costs at most a connect timeout here, and is retried in the

@@ -24,6 +24,10 @@ pub struct Metrics {
     pub upstream_healthy: IntGaugeVec,
     /// Last height each upstream reported.
     pub upstream_height: IntGaugeVec,
+    /// 1 per upstream, labelled with the version and network it reported.
+    pub upstream_info: IntGaugeVec,
+    /// 1 while the upstream reports another network than the pool's.
+    pub upstream_network_mismatch: IntGaugeVec,
     /// Requests in flight per upstream.
     pub upstream_in_flight: IntGaugeVec,
     /// Best accepted height in the pool.
@@ -93,6 +97,22 @@ impl Metrics {
             &["upstream"],
         )
         .expect("static metric definition is valid");
+        let upstream_info = IntGaugeVec::new(
+            Opts::new(
+                "snowgate_upstream_info",
+                "1 per upstream, labelled with the avalanchego version and network ID it reported",
+            ),
+            &["upstream", "version", "network_id"],
+        )
+        .expect("static metric definition is valid");
+        let upstream_network_mismatch = IntGaugeVec::new(
+            Opts::new(
+                "snowgate_upstream_network_mismatch",
+                "1 while the upstream reports another network than the pool's (it takes no traffic)",
+            ),
+            &["upstream"],
+        )
+        .expect("static metric definition is valid");
         let upstream_in_flight = IntGaugeVec::new(
             Opts::new(
                 "snowgate_upstream_in_flight",
@@ -118,6 +138,8 @@ impl Metrics {
             Box::new(upstream_in_flight.clone()),
             Box::new(best_height.clone()),
             Box::new(body_buffered.clone()),
+            Box::new(upstream_info.clone()),
+            Box::new(upstream_network_mismatch.clone()),
         ] {
             registry
                 .register(c)
@@ -131,6 +153,8 @@ impl Metrics {
             upstream_latency,
             upstream_healthy,
             upstream_height,
+            upstream_info,
+            upstream_network_mismatch,
             upstream_in_flight,
             best_height,
             body_buffered,

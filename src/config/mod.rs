@@ -33,7 +33,9 @@ pub use limits::LimitsConfig;
 pub use rate_limit::{ClientIpHeader, KeyQuota, OnRedisDown, QuotaScope, RateLimitConfig};
 pub use redis::RedisConfig;
 pub use server::ServerConfig;
-pub use upstream::{parse_base_url, ForwardConfig, HealthConfig, Role, UpstreamConfig};
+pub use upstream::{
+    parse_base_url, ForwardConfig, HealthConfig, NetworkConfig, Role, UpstreamConfig,
+};
 
 /// The whole file.
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -48,6 +50,9 @@ pub struct Config {
     /// `[health]`.
     #[serde(default)]
     pub health: HealthConfig,
+    /// `[network]`: the network the upstreams must be on.
+    #[serde(default)]
+    pub network: NetworkConfig,
     /// `[upstream]`: forwarding.
     #[serde(default)]
     pub upstream: ForwardConfig,

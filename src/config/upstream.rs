@@ -60,6 +60,15 @@ impl Default for UpstreamConfig {
     }
 }
 
+/// `[network]`: the network every upstream must be on.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetworkConfig {
+    /// The expected network ID (1 mainnet, 5 fuji); unset: the network most nodes report at
+    /// start. A node on another network never takes traffic.
+    pub id: Option<u32>,
+}
+
 /// `[[upstreams]] role`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -109,6 +109,8 @@ pub(crate) struct HealthState {
     pub(crate) passive_streak: u32,
     /// Why the last check or request failed: a category, never an address or a body.
     pub(crate) last_error: Option<Fault>,
+    /// It reports another network than the pool's: it never takes traffic.
+    pub(crate) network_mismatch: bool,
 }
 
 impl HealthState {
@@ -248,7 +250,7 @@ impl Heights {
 
 /// The selection rule: a node may be picked only when it is healthy and its height is admitted.
 pub(crate) fn eligible(state: &HealthState, heights: &Heights) -> bool {
-    state.healthy && heights.admits(state.height)
+    state.healthy && !state.network_mismatch && heights.admits(state.height)
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@ mod answer;
 mod balance;
 pub mod conn;
 mod health;
+mod identity;
 mod node;
 mod pending;
 mod pool;

@@ -90,6 +90,8 @@ pub(crate) struct Upstream {
     /// `weight`.
     pub(super) weight: u32,
     pub(super) state: Mutex<HealthState>,
+    /// Its network and version, as it last said.
+    pub(super) identity: Mutex<super::identity::Identity>,
     pub(super) ewma: Mutex<PeakEwma>,
     /// Requests waiting for or holding a slot on this node, with their start times.
     pending: Mutex<Pending>,
@@ -167,6 +169,7 @@ impl Upstream {
             fallback: config.role == crate::config::Role::Fallback,
             weight: config.weight.max(1),
             state: Mutex::new(HealthState::default()),
+            identity: Mutex::new(super::identity::Identity::default()),
             ewma: Mutex::new(PeakEwma::new(Instant::now())),
             pending: Mutex::new(Pending::default()),
             in_flight: AtomicUsize::new(0),

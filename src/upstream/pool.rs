@@ -33,6 +33,8 @@ pub struct Pool {
     /// Largest answer accepted from a node.
     max_response_bytes: usize,
     pub(super) metrics: Metrics,
+    /// The network every node must be on: `[network] id`, or the majority's at start.
+    pub(super) network: std::sync::OnceLock<u32>,
 }
 
 impl Pool {
@@ -65,6 +67,7 @@ impl Pool {
             deadline: limits.request_deadline,
             max_response_bytes: limits.response_bytes,
             metrics,
+            network: std::sync::OnceLock::new(),
         })
     }
 
@@ -104,7 +107,7 @@ impl Pool {
             .map(|(i, u)| {
                 let (healthy, height) = {
                     let s = u.state.lock();
-                    (s.healthy, s.height)
+                    (s.healthy && !s.network_mismatch, s.height)
                 };
                 NodeView {
                     healthy,

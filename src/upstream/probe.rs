@@ -1,7 +1,8 @@
 //! The active health checks' I/O: one task per node that asks it `info.isBootstrapped` and
 //! `platform.getHeight` every `[health] interval`, folds the verdict into its
-//! [`HealthState`](super::health::HealthState) and judges the pool's heights afresh. The rules
-//! themselves are pure, in [`super::health`].
+//! [`HealthState`](super::health::HealthState) and judges the pool's heights afresh; and, when a
+//! node joins, comes back or every few minutes, its network and version ([`super::identity`]). The
+//! rules themselves are pure, in [`super::health`] and [`super::identity`].
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -47,6 +48,16 @@ impl Pool {
     pub async fn check_once(&self, index: usize) {
         let upstream = &self.upstreams[index];
         let check = self.run_check(upstream).await;
+        // Its network and version: when it joins (before it takes traffic), after it comes back,
+        // and every few minutes.
+        if matches!(check, Check::Answered { .. }) {
+            let rejoining = !upstream.state.lock().healthy;
+            let due = upstream.identity.lock().due(std::time::Instant::now());
+            if due || rejoining {
+                self.ask_identity(upstream).await;
+                self.judge_network(upstream);
+            }
+        }
         let thresholds = Thresholds {
             failures: self.health.failure_threshold,
             recoveries: self.health.recovery_threshold,
@@ -91,29 +102,11 @@ impl Pool {
                 max
             ),
         );
-        // A failed call's category, logged here with its detail (never a body: a JSON-RPC
-        // error's message is not kept either).
-        let field = |r: Result<Bytes, AttemptError>,
-                     id: u64,
-                     name: &str|
-         -> Result<crate::jsonrpc::Json, AttemptError> {
-            let body = r?;
-            let (kind, payload) =
-                answer::check(&body, id).map_err(|why| AttemptError::new(Fault::BadAnswer, why))?;
-            if kind == AnswerKind::Error {
-                return Err(AttemptError::new(Fault::RpcError, "a JSON-RPC error"));
-            }
-            let v = crate::jsonrpc::Json::parse(&payload)
-                .map_err(|_| AttemptError::new(Fault::BadAnswer, "result is not JSON"))?;
-            v.field(name)
-                .cloned()
-                .ok_or_else(|| AttemptError::new(Fault::BadAnswer, format!("no {name} in answer")))
-        };
         let failed = |call: &str, e: AttemptError| {
             tracing::debug!(upstream = %upstream.name, call, fault = %e.fault, detail = %e.detail, "health check failed");
             Check::Failed(e.fault)
         };
-        let bootstrapped = match field(boot, boot_id, "isBootstrapped") {
+        let bootstrapped = match answer_field(boot, boot_id, "isBootstrapped") {
             Ok(crate::jsonrpc::Json::Bool(b)) => b,
             Ok(_) => {
                 let e = AttemptError::new(Fault::BadAnswer, "isBootstrapped is not a bool");
@@ -121,7 +114,7 @@ impl Pool {
             }
             Err(e) => return failed("info.isBootstrapped", e),
         };
-        let height = match field(height, height_id, "height") {
+        let height = match answer_field(height, height_id, "height") {
             Ok(crate::jsonrpc::Json::String(s)) => s.parse::<u64>().ok(),
             Ok(crate::jsonrpc::Json::Number(n)) => n.parse::<u64>().ok(),
             Ok(_) => None,
@@ -145,6 +138,109 @@ impl Pool {
                 AttemptError::new(Fault::BadAnswer, "height is not a number"),
             ),
         }
+    }
+
+    /// Asks a node its network and version (in parallel, within the health timeout) and records
+    /// them; a failure leaves the identity to be asked again at the next check.
+    async fn ask_identity(&self, upstream: &Upstream) {
+        let timeout = self.health.timeout;
+        let (net_id, ver_id) = (upstream_id(), upstream_id());
+        let body = |id: u64, method: &str| {
+            format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"{method}\"}}").into_bytes()
+        };
+        let info = upstream.path(crate::methods::Family::Info);
+        let (net, ver) = tokio::join!(
+            upstream.post(info, body(net_id, "info.getNetworkID"), timeout, 64 * 1024),
+            upstream.post(
+                info,
+                body(ver_id, "info.getNodeVersion"),
+                timeout,
+                1024 * 1024
+            ),
+        );
+        let network_id = match answer_field(net, net_id, "networkID") {
+            Ok(crate::jsonrpc::Json::String(s)) => s.parse::<u32>().ok(),
+            Ok(crate::jsonrpc::Json::Number(n)) => n.parse::<u32>().ok(),
+            _ => None,
+        };
+        let version = match answer_field(ver, ver_id, "version") {
+            Ok(crate::jsonrpc::Json::String(s))
+                if s.len() <= 64 && s.bytes().all(|b| b.is_ascii_graphic()) =>
+            {
+                Some(s)
+            }
+            _ => None,
+        };
+        let name: &str = &upstream.name;
+        let mut identity = upstream.identity.lock();
+        let (old_version, old_network) = (identity.version.clone(), identity.network_id);
+        identity.asked = network_id.map(|_| std::time::Instant::now());
+        if network_id.is_some() {
+            identity.network_id = network_id;
+        }
+        if version.is_some() {
+            identity.version = version;
+        }
+        if (old_version.as_deref(), old_network)
+            != (identity.version.as_deref(), identity.network_id)
+        {
+            let label = |v: Option<&str>, n: Option<u32>| {
+                (
+                    v.unwrap_or("unknown").to_string(),
+                    n.map_or("unknown".to_string(), |n| n.to_string()),
+                )
+            };
+            let (v, n) = label(old_version.as_deref(), old_network);
+            let _ = self
+                .metrics
+                .upstream_info
+                .remove_label_values(&[name, &v, &n]);
+            let (v, n) = label(identity.version.as_deref(), identity.network_id);
+            self.metrics
+                .upstream_info
+                .with_label_values(&[name, &v, &n])
+                .set(1);
+        }
+    }
+
+    /// Sets the pool's network (`[network] id`, or the network most nodes reported) once, and
+    /// judges every node against it.
+    pub(crate) fn settle_network(&self, configured: Option<u32>) {
+        let reported: Vec<u32> = self
+            .upstreams
+            .iter()
+            .filter_map(|u| u.identity.lock().network_id)
+            .collect();
+        if let Some(id) = configured.or_else(|| super::identity::majority(&reported)) {
+            let _ = self.network.set(id);
+            tracing::info!(
+                network_id = id,
+                configured = configured.is_some(),
+                "the pool's network"
+            );
+        }
+        for u in &self.upstreams {
+            self.judge_network(u);
+        }
+        self.refresh_best_height();
+    }
+
+    /// Marks a node on another network than the pool's (logged at error when it starts).
+    fn judge_network(&self, upstream: &Upstream) {
+        let mismatch = upstream
+            .identity
+            .lock()
+            .mismatch(self.network.get().copied());
+        let mut s = upstream.state.lock();
+        if mismatch && !s.network_mismatch {
+            let reported = upstream.identity.lock().network_id;
+            tracing::error!(upstream = %upstream.name, reported = ?reported, expected = ?self.network.get(), "upstream is on another network: it takes no traffic");
+        }
+        s.network_mismatch = mismatch;
+        self.metrics
+            .upstream_network_mismatch
+            .with_label_values(&[&upstream.name])
+            .set(i64::from(mismatch));
     }
 
     /// Judges the heights the nodes report now (never a height kept from the past: a node that
@@ -176,4 +272,24 @@ impl Pool {
             }
         }
     }
+}
+
+/// The `name` field of the result of a health-check call answered with `id` (a failed call's
+/// category; nothing of the body is kept: a JSON-RPC error's message is not either).
+fn answer_field(
+    r: Result<Bytes, AttemptError>,
+    id: u64,
+    name: &str,
+) -> Result<crate::jsonrpc::Json, AttemptError> {
+    let body = r?;
+    let (kind, payload) =
+        answer::check(&body, id).map_err(|why| AttemptError::new(Fault::BadAnswer, why))?;
+    if kind == AnswerKind::Error {
+        return Err(AttemptError::new(Fault::RpcError, "a JSON-RPC error"));
+    }
+    let v = crate::jsonrpc::Json::parse(&payload)
+        .map_err(|_| AttemptError::new(Fault::BadAnswer, "result is not JSON"))?;
+    v.field(name)
+        .cloned()
+        .ok_or_else(|| AttemptError::new(Fault::BadAnswer, format!("no {name} in answer")))
 }

@@ -25,6 +25,15 @@ pub struct UpstreamStatus {
     pub implausible_height: bool,
     pub bootstrapped: bool,
     pub height: Option<u64>,
+    /// The network it reports (`info.getNetworkID`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network_id: Option<u32>,
+    /// It reports another network than the pool's: it takes no traffic.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub network_mismatch: bool,
+    /// The avalanchego version it reports (`info.getNodeVersion`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
     pub in_flight: usize,
     /// Why its last check or request failed: a fixed category (`connect refused`, `timeout`,
     /// `http 500`, `bad answer`, `not bootstrapped`, ...), never an address or a body.
@@ -52,6 +61,7 @@ impl Pool {
             .iter()
             .map(|u| {
                 let s = u.snapshot();
+                let identity = u.identity.lock().clone();
                 UpstreamStatus {
                     name: u.name.to_string(),
                     role: u.fallback.then_some("fallback"),
@@ -60,6 +70,9 @@ impl Pool {
                     implausible_height: self.heights().implausible(s.height),
                     bootstrapped: s.bootstrapped,
                     height: s.height,
+                    network_id: identity.network_id,
+                    network_mismatch: s.network_mismatch,
+                    version: identity.version,
                     in_flight: u.in_flight.load(Ordering::Relaxed),
                     last_error: s.last_error.map(|f| f.to_string()),
                 }

@@ -1,0 +1,91 @@
+//! The network check: every node's `info.getNetworkID` is read when it joins; a node on another
+//! network than the pool's (`[network] id`, or the majority's at start) never takes a call, and
+//! `/ext/health` and `/metrics` say so, with the version each node reports.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use snowgate::config::{Config, UpstreamConfig};
+use snowgate::devnode::DevNode;
+
+const METHOD: &str = "platform.sampleValidators";
+
+/// Two local-network (12345) devnodes and one fuji (5) devnode behind a gateway configured by
+/// `tweak`; calls `METHOD` 40 times; returns the calls each node saw, `/ext/health` and `/metrics`.
+async fn run(tweak: impl FnOnce(&mut Config)) -> (Vec<u64>, serde_json::Value, String) {
+    let (_local, mut nodes) = support::devnodes(12345, 2, Duration::from_secs(3600)).await;
+    let (_fuji, fuji) = support::devnodes(5, 1, Duration::from_secs(3600)).await;
+    nodes.extend(fuji);
+    let mut config = Config::default();
+    support::test_gateway(&mut config, &nodes);
+    tweak(&mut config);
+    let gateway = snowgate::Gateway::start(config).await.unwrap();
+    for _ in 0..40 {
+        let r = support::post(
+            &format!("{}/ext/bc/P", gateway.url()),
+            &support::call(METHOD, r#"{"size":1}"#),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let calls = nodes
+        .iter()
+        .map(|n: &DevNode| n.control().call_count(METHOD))
+        .collect();
+    let health: serde_json::Value = support::client()
+        .get(format!("{}/ext/health", gateway.url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let metrics = support::client()
+        .get(format!("{}/metrics", gateway.url()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    gateway.shutdown().await;
+    (calls, health, metrics)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_on_another_network_never_gets_a_call() {
+    let (calls, health, metrics) = run(|_| {}).await;
+    assert_eq!(calls[2], 0, "the fuji node was called: {calls:?}");
+    assert!(calls[0] > 0 && calls[1] > 0, "{calls:?}");
+    let fuji = &health["upstreams"][2];
+    assert_eq!(fuji["networkMismatch"], true, "{health}");
+    assert_eq!(fuji["networkId"], 5, "{health}");
+    assert_eq!(fuji["takesTraffic"], false, "{health}");
+    assert_eq!(health["upstreams"][0]["networkId"], 12345, "{health}");
+    assert!(health["upstreams"][0].get("networkMismatch").is_none());
+    assert!(health["upstreams"][0]["version"].is_string(), "{health}");
+    assert!(
+        metrics.contains("snowgate_upstream_network_mismatch{upstream=\"node-2\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("snowgate_upstream_info{network_id=\"12345\",upstream=\"node-0\""),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_configured_network_wins_over_the_majority() {
+    let (calls, health, _) = run(|c: &mut Config| c.network.id = Some(5)).await;
+    assert_eq!(calls[0] + calls[1], 0, "a local node was called: {calls:?}");
+    assert_eq!(calls[2], 40, "{calls:?}");
+    assert_eq!(health["upstreams"][0]["networkMismatch"], true, "{health}");
+}
+
+#[test]
+fn upstream_config_keeps_its_defaults() {
+    let u = UpstreamConfig::default();
+    assert_eq!(u.weight, 1);
+}
