@@ -38,6 +38,11 @@ async fn slow_node() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
                             let result = match v["method"].as_str().unwrap_or_default() {
                                 "info.isBootstrapped" => r#"{"isBootstrapped":true}"#.to_string(),
                                 "platform.getHeight" => r#"{"height":"100"}"#.to_string(),
+                                // The pool asks who the node is when it joins: quick, not counted.
+                                "info.getNetworkID" => r#"{"networkID":"12345"}"#.to_string(),
+                                "info.getNodeVersion" => {
+                                    r#"{"version":"avalanchego/1.14.2"}"#.to_string()
+                                }
                                 _ => {
                                     counter.fetch_add(1, Ordering::SeqCst);
                                     tokio::time::sleep(SLOW).await;

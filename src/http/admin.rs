@@ -421,6 +421,9 @@ mod tests {
             height: Some(7),
             in_flight: 0,
             last_error: last_error.map(str::to_string),
+            network_id: Some(1),
+            network_mismatch: false,
+            version: None,
         }
     }
 

@@ -87,6 +87,11 @@ impl Cluster {
         test_gateway(&mut config, &nodes);
         tweak(&mut config);
         let gateway = Gateway::start(config).await.unwrap();
+        // The pool has asked each node who it is (`info.getNetworkID`, `info.getNodeVersion`)
+        // before its first request: tests count their own calls from here.
+        for node in &nodes {
+            node.control().reset_calls();
+        }
         Cluster {
             network,
             nodes,
