@@ -60,6 +60,24 @@ pub trait HitProbe: Send + Sync {
     fn would_hit(&self, call: &RpcCall) -> bool;
 }
 
+/// What a config reload did, as `POST /snowgate/reload` answers it and the log tells it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReloadReport {
+    /// What changed, one short line each (`upstream added: node-d`, `rate_limit`); no secret.
+    pub changed: Vec<String>,
+    /// Keys that changed in the file but apply only after a restart (`server.listen`).
+    pub restart_needed: Vec<String>,
+}
+
+/// Re-reads and applies the gateway's config, asked by the admin endpoint without depending on
+/// the gateway that does it. `Err` says why nothing changed (file, key, reason).
+pub trait Reload: Send + Sync {
+    fn reload(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<ReloadReport, String>> + Send>>;
+}
+
 /// One call on its way to a node.
 #[derive(Debug, Clone)]
 pub struct RpcCall {

@@ -8,7 +8,7 @@ use crate::config::{Config, UpstreamConfig};
 use crate::Gateway;
 
 /// Flags of `snowgate serve`.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
     /// The TOML config file.
     #[arg(long, short)]
@@ -94,20 +94,36 @@ pub async fn shutdown_signal() -> Stop {
     }
 }
 
-/// Takes SIGHUP over from its default action (which ends the process at once, with no drain):
-/// until the config reload exists, a hangup is logged and ignored.
-pub fn ignore_hangups() {
+/// Where the `SIGHUP` task finds the gateway to reload, once there is one.
+pub type HangupTarget =
+    std::sync::Arc<std::sync::OnceLock<std::sync::Arc<dyn crate::call::Reload>>>;
+
+/// Takes SIGHUP over from its default action (which ends the process at once, with no drain),
+/// from the start: each hangup reloads the config through the target once it is set (the reload
+/// logs its result), and is logged and ignored before that or when it is never set (the demo,
+/// which has no file).
+pub fn handle_hangups() -> HangupTarget {
+    let target: HangupTarget = Default::default();
     #[cfg(unix)]
     match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
         Ok(mut hangups) => {
+            let target = target.clone();
             tokio::spawn(async move {
                 while hangups.recv().await.is_some() {
-                    tracing::warn!("SIGHUP ignored: snowgate cannot reload its config yet; restart it to apply changes");
+                    match target.get() {
+                        Some(reload) => {
+                            tracing::info!("SIGHUP: reloading the config");
+                            // Logged and counted by the reload itself.
+                            let _ = reload.reload().await;
+                        }
+                        None => tracing::warn!("SIGHUP ignored: there is no config file to reload"),
+                    }
                 }
             });
         }
         Err(e) => tracing::warn!(error = %e, "cannot handle SIGHUP"),
     }
+    target
 }
 
 /// Serves until SIGINT or SIGTERM, then drains the gateway; a second SIGINT or SIGTERM during the
@@ -126,9 +142,19 @@ pub(crate) async fn serve_until_stopped(gateway: Gateway) {
 
 /// `snowgate serve`.
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    ignore_hangups();
-    let config = serve_config(&args)?;
-    let gateway = Gateway::start(config).await?;
+    // Until the gateway runs, a hangup must not kill the process either.
+    let hangups = handle_hangups();
+    let gateway = match args.config.clone() {
+        // A reload reads the file again, with the same flags on top.
+        Some(_) => {
+            let flags = args.clone();
+            let source = crate::gateway::ConfigSource::new(move || serve_config(&flags));
+            let gateway = Gateway::start_from(source, None).await?;
+            let _ = hangups.set(gateway.reloader());
+            gateway
+        }
+        None => Gateway::start(serve_config(&args)?).await?,
+    };
     // One plain line for scripts (and the drain test) to find the address in.
     println!("snowgate listening on {}", gateway.url());
     tracing::info!(addr = %gateway.addr(), "snowgate listening");

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::cli::{ignore_hangups, serve_until_stopped};
+use crate::cli::{handle_hangups, serve_until_stopped};
 use crate::config::{Config, UpstreamConfig};
 use crate::devnode::{DevNode, DevNodeConfig, Network};
 use crate::Gateway;
@@ -23,7 +23,7 @@ pub struct DemoArgs {
 
 /// `snowgate demo`: three simulated nodes of one network and the gateway in front of them.
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
-    ignore_hangups();
+    handle_hangups();
     let network = Network::start(crate::devnode::ChainConfig {
         network_id: 12345,
         seed: 1,

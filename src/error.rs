@@ -80,6 +80,10 @@ pub enum ProxyError {
     /// The cache could not be purged.
     #[error("{0}")]
     PurgeFailed(String),
+    /// `POST /snowgate/reload` changed nothing: the file is invalid (file, key, reason), or there
+    /// is no file to read.
+    #[error("reload failed, the config in force is unchanged: {0}")]
+    ReloadFailed(String),
 
     // The JSON-RPC envelope (`data` is the node's detail: the Go error the parser met).
     /// Not JSON, as a node words it.
@@ -170,7 +174,8 @@ impl ProxyError {
             | BrokenBody
             | Unauthorized
             | UnknownPurgeMethod(_)
-            | PurgeFailed(_) => return None,
+            | PurgeFailed(_)
+            | ReloadFailed(_) => return None,
             Parse { .. } => -32700,
             UnknownMethod { .. } | WrongPath { .. } | Refused { .. } => -32601,
             InvalidVersion { .. }
@@ -204,6 +209,7 @@ impl ProxyError {
             BrokenBody | UnknownPurgeMethod(_) => StatusCode::BAD_REQUEST,
             Unauthorized => StatusCode::UNAUTHORIZED,
             PurgeFailed(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ReloadFailed(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Parse { .. }
             | InvalidVersion { .. }
             | NotARequest(_)
@@ -234,6 +240,7 @@ impl ProxyError {
             | Overloaded
             | QuotaUnavailable
             | PurgeFailed(_)
+            | ReloadFailed(_)
             | ConnectionLimit { per_address: false } => Blame::Proxy,
             UpstreamTimeout { .. } | UpstreamUnavailable { .. } | BadUpstreamAnswer { .. } => {
                 Blame::Upstream
@@ -256,7 +263,7 @@ impl ProxyError {
             BodyTimeout(_) => http("body_timeout"),
             ConnectionLimit { .. } => http("connection_limit"),
             Unauthorized => http("unauthorized"),
-            UnknownPurgeMethod(_) | PurgeFailed(_) => http("bad_admin_request"),
+            UnknownPurgeMethod(_) | PurgeFailed(_) | ReloadFailed(_) => http("bad_admin_request"),
             Parse { .. } => call("parse_error"),
             InvalidVersion { .. }
             | NotARequest(_)
@@ -392,6 +399,7 @@ mod tests {
             Unauthorized,
             UnknownPurgeMethod("platform.nope".into()),
             PurgeFailed("why".into()),
+            ReloadFailed("why".into()),
             Parse {
                 message: "EOF".into(),
                 data: "{}".into(),
@@ -450,6 +458,7 @@ mod tests {
                 | Unauthorized
                 | UnknownPurgeMethod(_)
                 | PurgeFailed(_)
+                | ReloadFailed(_)
                 | Parse { .. }
                 | InvalidVersion { .. }
                 | NotARequest(_)

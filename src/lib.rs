@@ -15,13 +15,13 @@
 //! The modules read bottom-up, and none imports one above it or beside it (`tests/layers.rs`):
 //!
 //! * leaves, the vocabulary: [`jsonrpc`], [`body`], [`methods`], `keys`, [`error`], [`call`],
-//!   [`config`], [`metrics`];
+//!   [`config`], [`metrics`], [`logging`];
 //! * [`shared`]: the fleet's Redis (connection, timeout, circuit breaker), under the cache and the
 //!   rate limiter that keep their answers and quotas there;
 //! * the per-call layers, independent of each other: `policy`, [`ratelimit`], [`cache`],
 //!   [`upstream`];
 //! * [`http`], then [`stack`], then `server` and [`gateway`] (assembling a running gateway from
-//!   a config), then the command line ([`cli`], [`demo`]).
+//!   a config, and re-assembling it on a reload), then the command line ([`cli`], [`demo`]).
 //!
 //! [`devnode`] (the `devnode` feature, on by default) is the simulated avalanchego that tests,
 //! benchmarks and the demo run against. It speaks the node's wire through [`jsonrpc`] and nothing
@@ -47,6 +47,7 @@ pub mod gateway;
 pub mod http;
 pub mod jsonrpc;
 pub(crate) mod keys;
+pub mod logging;
 pub mod methods;
 pub mod metrics;
 pub(crate) mod policy;

@@ -41,14 +41,7 @@ fn main() -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    // Logs go to stderr; stdout carries the CLI's own output (the listening line, the demo's help).
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    snowgate::logging::init();
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         match cli.command {

@@ -34,6 +34,11 @@ pub struct Metrics {
     pub best_height: IntGauge,
     /// Request body bytes buffered now (set when `/metrics` is read).
     pub body_buffered: IntGauge,
+    /// Config reloads by result (`ok`, `error`).
+    pub config_reloads: IntCounterVec,
+    /// When the config in force was loaded (Unix seconds): at start, then at each reload that
+    /// succeeded.
+    pub config_loaded: IntGauge,
 }
 
 impl Default for Metrics {
@@ -128,8 +133,23 @@ impl Metrics {
             "Request body bytes buffered now, over all connections",
         )
         .expect("static metric definition is valid");
+        let config_reloads = IntCounterVec::new(
+            Opts::new(
+                "snowgate_config_reloads_total",
+                "Config reloads (SIGHUP, POST /snowgate/reload) by result",
+            ),
+            &["result"],
+        )
+        .expect("static metric definition is valid");
+        let config_loaded = IntGauge::new(
+            "snowgate_config_loaded_timestamp_seconds",
+            "When the config in force was loaded (start or last successful reload), Unix time",
+        )
+        .expect("static metric definition is valid");
         for c in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(config_reloads.clone()),
+            Box::new(config_loaded.clone()),
             Box::new(http_rejections.clone()),
             Box::new(upstream_requests.clone()),
             Box::new(upstream_latency.clone()),
@@ -158,6 +178,8 @@ impl Metrics {
             upstream_in_flight,
             best_height,
             body_buffered,
+            config_reloads,
+            config_loaded,
         }
     }
 

@@ -32,6 +32,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use futures_util::task::AtomicWaker;
 use http::header;
 use http::{Request, Response};
@@ -45,7 +46,6 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tower::{Service, ServiceExt};
 
-use crate::config::LimitsConfig;
 use crate::error::ProxyError;
 use crate::http::ConnInfo;
 use crate::stack::Stack;
@@ -317,8 +317,6 @@ impl<B: http_body::Body + Unpin> http_body::Body for Tracked<B> {
 
 /// Open connections per client address, for `max_connections_per_ip`.
 struct PerIp {
-    limit: usize,
-    exempt: Vec<IpNet>,
     open: parking_lot::Mutex<HashMap<IpAddr, usize>>,
 }
 
@@ -331,14 +329,19 @@ struct IpSlot {
 impl PerIp {
     /// A place for a new connection from `peer`; `None` when its address is at the limit. Peers
     /// that are trusted proxies need none.
-    fn admit(table: &Arc<PerIp>, peer: IpAddr) -> Result<Option<IpSlot>, ()> {
+    fn admit(
+        table: &Arc<PerIp>,
+        peer: IpAddr,
+        limit: usize,
+        exempt: &[IpNet],
+    ) -> Result<Option<IpSlot>, ()> {
         let ip = crate::ratelimit::client::group(crate::ratelimit::client::canonical(peer));
-        if table.exempt.iter().any(|net| net.contains(&ip)) {
+        if exempt.iter().any(|net| net.contains(&ip)) {
             return Ok(None);
         }
         let mut open = table.open.lock();
         let count = open.entry(ip).or_insert(0);
-        if *count >= table.limit {
+        if *count >= limit {
             return Err(());
         }
         *count += 1;
@@ -423,15 +426,17 @@ async fn watchdog(
     }
 }
 
-/// Serves `stack` on `listener` until `shutdown` completes, then drains for at most `drain`:
-/// connections finish the requests they have in flight and close; the rest are cut at the deadline.
+/// Serves the stack in force (`stacks`, which a reload swaps) on `listener` until `shutdown`
+/// completes, then drains for at most `drain`: connections finish the requests they have in flight
+/// and close; the rest are cut at the deadline.
 ///
-/// `trusted` are the proxies (`rate_limit.trusted_proxies`) exempt from `max_connections_per_ip`.
+/// At most `max_connections` at once (fixed for the process). Each new connection takes the
+/// stack's limits in force when it is accepted (per address, timeouts, body bytes); each request
+/// runs on the stack in force when it arrives.
 pub async fn run(
     listener: TcpListener,
-    stack: Arc<Stack>,
-    limits: LimitsConfig,
-    trusted: Vec<IpNet>,
+    stacks: Arc<ArcSwap<Stack>>,
+    max_connections: usize,
     shutdown: impl Future<Output = ()>,
     drain: Duration,
 ) {
@@ -439,8 +444,6 @@ pub async fn run(
     let too_many = Arc::new(ProxyError::ConnectionLimit { per_address: false }.raw_http1());
     let too_many_here = Arc::new(ProxyError::ConnectionLimit { per_address: true }.raw_http1());
     let per_ip = Arc::new(PerIp {
-        limit: limits.max_connections_per_ip,
-        exempt: trusted,
         open: parking_lot::Mutex::new(HashMap::new()),
     });
     let mut builder = Builder::new(TokioExecutor::new());
@@ -458,7 +461,7 @@ pub async fn run(
         .initial_stream_window_size(H2_STREAM_WINDOW)
         .initial_connection_window_size(H2_CONN_WINDOW);
     let builder = Arc::new(builder);
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let permits = Arc::new(Semaphore::new(max_connections));
     // Every connection task holds a receiver; the sender sees when all are gone.
     let (closing_tx, closing_rx) = watch::channel(false);
     tokio::pin!(shutdown);
@@ -475,12 +478,19 @@ pub async fn run(
             },
             () = &mut shutdown => break,
         };
+        let stack = stacks.load_full();
+        let limits = &stack.limits;
         let refusal = match permits.clone().try_acquire_owned() {
             Err(_) => {
                 tracing::warn!(%peer, "connection refused: max_connections reached");
                 Err(too_many.clone())
             }
-            Ok(permit) => match PerIp::admit(&per_ip, peer.ip()) {
+            Ok(permit) => match PerIp::admit(
+                &per_ip,
+                peer.ip(),
+                limits.max_connections_per_ip,
+                &stack.trusted_proxies,
+            ) {
                 Ok(slot) => Ok((permit, slot)),
                 Err(()) => {
                     tracing::debug!(%peer, "connection refused: max_connections_per_ip reached");
@@ -506,7 +516,7 @@ pub async fn run(
         let _ = stream.set_nodelay(true);
         let activity = Arc::new(Activity::new());
         let conn_info = Arc::new(ConnInfo::new(peer, limits.connection_body_bytes));
-        let service = connection_service(&stack, conn_info, activity.clone());
+        let service = connection_service(stacks.clone(), conn_info, activity.clone());
         let builder = builder.clone();
         let watching = tokio::spawn(watchdog(
             activity.clone(),
@@ -571,14 +581,13 @@ pub type Body = Tracked<crate::http::compress::Body>;
 /// in flight and the end of the last one (for the idle and header timeouts), HTTP/2 seen, the
 /// answers not yet taken (for `send_timeout`), and an answer that asks its connection to close.
 fn connection_service(
-    stack: &Stack,
+    stacks: Arc<ArcSwap<Stack>>,
     conn: Arc<ConnInfo>,
     activity: Arc<Activity>,
 ) -> impl Service<Request<Incoming>, Response = Response<Body>, Error = Infallible, Future = impl Send>
        + Clone
        + Send
        + 'static {
-    let http = stack.http::<Incoming>(conn);
     tower::service_fn(move |req: Request<Incoming>| {
         let activity = activity.clone();
         activity.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -586,7 +595,8 @@ fn connection_service(
         if req.version() == http::Version::HTTP_2 {
             activity.http2.store(true, Ordering::Relaxed);
         }
-        let answer = http.clone().oneshot(req);
+        // The stack in force now: a reload reaches kept-alive connections at their next request.
+        let answer = stacks.load().http::<Incoming>(conn.clone()).oneshot(req);
         async move {
             let mut response = answer.await.unwrap_or_else(|never| match never {});
             activity.last_ms.store(activity.now_ms(), Ordering::Relaxed);

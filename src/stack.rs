@@ -141,6 +141,10 @@ pub struct Stack {
     pub(crate) routes: Arc<Routes>,
     pub(crate) decoding: Arc<Decoding>,
     pub(crate) rpc: SharedRpc,
+    /// The connection limits in force, read by the server for each new connection.
+    pub(crate) limits: crate::config::LimitsConfig,
+    /// Proxies exempt from `max_connections_per_ip` (`rate_limit.trusted_proxies`).
+    pub(crate) trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 impl Stack {

@@ -89,20 +89,12 @@ struct Entry {
     data: Arc<[u8]>,
     key_len: usize,
     kind: AnswerKind,
-    /// The method's index in the registry (for purging one method).
-    method: usize,
     /// `None` = until evicted.
     ttl: Option<Duration>,
 }
 
 impl Entry {
-    fn new(
-        key: &str,
-        kind: AnswerKind,
-        payload: &[u8],
-        method: usize,
-        ttl: Option<Duration>,
-    ) -> Entry {
+    fn new(key: &str, kind: AnswerKind, payload: &[u8], ttl: Option<Duration>) -> Entry {
         let mut data = Vec::with_capacity(key.len() + payload.len());
         data.extend_from_slice(key.as_bytes());
         data.extend_from_slice(payload);
@@ -110,7 +102,6 @@ impl Entry {
             data: data.into(),
             key_len: key.len(),
             kind,
-            method,
             ttl,
         }
     }
@@ -211,13 +202,18 @@ enum NotStored {
 
 struct CacheMetrics {
     /// `snowgate_cache_requests_total`, resolved per method and result.
-    lookups: crate::metrics::CounterTable,
+    /// Rows by method index: replaced when a reload changes the registry.
+    lookups: arc_swap::ArcSwap<crate::metrics::CounterTable>,
+    lookups_vec: IntCounterVec,
     coalesced: IntCounter,
     evictions: IntCounter,
     entries: IntGauge,
     bytes: IntGauge,
     indexed: IntGauge,
 }
+
+/// The values of the `result` label of `snowgate_cache_requests_total`.
+const LOOKUP_RESULTS: &[&str] = &["hit", "miss", "bypass"];
 
 impl CacheMetrics {
     fn new(metrics: &Metrics, methods: usize) -> CacheMetrics {
@@ -261,11 +257,12 @@ impl CacheMetrics {
             let _ = registry.register(c);
         }
         CacheMetrics {
-            lookups: crate::metrics::CounterTable::new(
-                lookups,
+            lookups: arc_swap::ArcSwap::from_pointee(crate::metrics::CounterTable::new(
+                lookups.clone(),
                 methods,
-                &["hit", "miss", "bypass"],
-            ),
+                LOOKUP_RESULTS,
+            )),
+            lookups_vec: lookups,
             coalesced,
             evictions,
             entries,
@@ -339,21 +336,31 @@ impl AnswerCache {
         })
     }
 
-    /// Drops every entry, or those of one method (by its index in the registry). Removal is done
-    /// when the next maintenance runs (forced here, so a purge is visible at once).
-    pub async fn purge(&self, method: Option<usize>) -> Result<(), String> {
-        match method {
+    /// Drops every entry, or those of the methods named (an entry's key starts with its method's
+    /// name and a NUL). Removal is done when the next maintenance runs (forced here, so a purge is
+    /// visible at once).
+    pub async fn purge(&self, methods: Option<&[String]>) -> Result<(), String> {
+        match methods {
             // moka drops invalidated entries over its next maintenance runs (in batches on a
             // large cache), telling the index as it goes; the index drops them at once.
             None => {
                 self.store.invalidate_all();
                 self.index.clear();
             }
-            Some(m) => {
+            Some(names) => {
+                let prefixes: Arc<[Vec<u8>]> = names
+                    .iter()
+                    .map(|n| [n.as_bytes(), b"\0"].concat())
+                    .collect();
+                let of = move |e: &Entry| {
+                    let key = &e.data[..e.key_len];
+                    prefixes.iter().any(|p| key.starts_with(p))
+                };
+                let of_store = of.clone();
                 self.store
-                    .invalidate_entries_if(move |_, v| v.method == m)
+                    .invalidate_entries_if(move |_, v| of_store(v))
                     .map_err(|e| e.to_string())?;
-                self.index.retain(|_, e| e.method != m);
+                self.index.retain(|_, e| !of(e));
             }
         }
         self.store.run_pending_tasks().await;
@@ -433,7 +440,19 @@ impl AnswerCache {
         let spec = &call.spec;
         self.metrics
             .lookups
+            .load()
             .inc(spec.index, &[&spec.name, class_label(spec.cache)], result);
+    }
+
+    /// A reload changed the registry (methods added, removed or reclassed): the per-method
+    /// counter rows, keyed by registry position, start again for the new one.
+    pub fn registry_changed(&self, methods: usize) {
+        let table = crate::metrics::CounterTable::new(
+            self.metrics.lookups_vec.clone(),
+            methods,
+            LOOKUP_RESULTS,
+        );
+        self.metrics.lookups.store(Arc::new(table));
     }
 }
 
@@ -601,7 +620,7 @@ where
                 };
                 if let Some((payload, ttl)) = tier.lookup(key, accept).await {
                     from_shared.store(true, Ordering::Relaxed);
-                    let entry = Entry::new(key, AnswerKind::Result, &payload, call.spec.index, ttl);
+                    let entry = Entry::new(key, AnswerKind::Result, &payload, ttl);
                     return Ok(entry);
                 }
             }
@@ -615,13 +634,7 @@ where
                     if let Some(tier) = shared {
                         tier.store(key, &answer.payload, ttl.unwrap_or(tier.immutable_ttl));
                     }
-                    Ok(Entry::new(
-                        key,
-                        answer.kind,
-                        &answer.payload,
-                        call.spec.index,
-                        ttl,
-                    ))
+                    Ok(Entry::new(key, answer.kind, &answer.payload, ttl))
                 }
                 _ => Err(NotStored::Answer(answer)),
             }
@@ -687,7 +700,6 @@ mod tests {
             "platform.getTx\u{0}{\"txID\":\"a\"}",
             AnswerKind::Result,
             b"{\"tx\":\"0x00\"}",
-            3,
             None,
         );
         assert!(e.is_for("platform.getTx\u{0}{\"txID\":\"a\"}"));

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use super::{invalid, ConfigError};
 
 /// `[admin]`: callers allowed to use restricted methods.
-#[derive(Clone, Deserialize, Default)]
+#[derive(Clone, Deserialize, Default, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminConfig {
     /// Bearer tokens (`Authorization: Bearer <key>`) that unlock node-specific and keystore

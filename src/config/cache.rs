@@ -7,7 +7,7 @@ use serde::Deserialize;
 use super::{invalid, ConfigError};
 
 /// `[cache]` in the config.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct CacheConfig {
     /// `false` turns the layer off (every answer `X-Cache: BYPASS`).

@@ -10,7 +10,7 @@ use super::{invalid, ConfigError};
 
 /// `[limits]`: hard limits on what a client may send and what a node may answer, each with a
 /// clear error when crossed.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
     /// Largest request body (bytes): 413 with a JSON-RPC error beyond it.

@@ -13,6 +13,7 @@
 pub mod admin;
 pub mod cache;
 pub mod limits;
+pub mod log;
 pub mod methods;
 pub mod rate_limit;
 pub mod redis;
@@ -30,6 +31,7 @@ use crate::methods::{MethodOverride, Registry};
 pub use admin::AdminConfig;
 pub use cache::CacheConfig;
 pub use limits::LimitsConfig;
+pub use log::LogConfig;
 pub use rate_limit::{ClientIpHeader, KeyQuota, OnRedisDown, QuotaScope, RateLimitConfig};
 pub use redis::RedisConfig;
 pub use server::ServerConfig;
@@ -72,6 +74,9 @@ pub struct Config {
     /// nothing.
     #[serde(default)]
     pub redis: Option<RedisConfig>,
+    /// `[log]`.
+    #[serde(default)]
+    pub log: LogConfig,
     /// Per-method additions and overrides of the built-in registry, keyed by method name:
     /// `[methods."platform.getAllValidatorsAt"] family = "platform"`.
     #[serde(default)]
@@ -191,6 +196,7 @@ impl Config {
         self.cache.validate()?;
         self.validate_sharing()?;
         self.admin.validate()?;
+        self.log.validate()?;
         methods::validate(&self.methods)?;
         self.validate_durations()?;
         // Last, so that a file made to show one error (as the tests' are) reports that one.

@@ -53,7 +53,7 @@ pub enum OnRedisDown {
 }
 
 /// `[rate_limit]` in the config.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct RateLimitConfig {
     /// `false` turns rate limiting off.
@@ -104,7 +104,7 @@ impl Default for RateLimitConfig {
 }
 
 /// One `[[rate_limit.keys]]` table.
-#[derive(Clone, Deserialize)]
+#[derive(Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct KeyQuota {
     /// The key clients present. Never logged.

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use super::{invalid, ConfigError};
 
 /// `[redis]` in the config.
-#[derive(Clone, Deserialize)]
+#[derive(Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct RedisConfig {
     /// One server: `redis://[user:password@]host:port/db`, `rediss://` for TLS, or

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 /// `[server]`: where snowgate listens.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// Address of the public endpoint.

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use super::{invalid, ConfigError};
 
 /// One `[[upstreams]]` table: a node behind the gateway, or an RPC provider's endpoint.
-#[derive(Clone, Deserialize)]
+#[derive(Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamConfig {
     /// A short name used in metrics, logs, `/ext/health` and `X-Snowgate-Upstream`.
@@ -61,7 +61,7 @@ impl Default for UpstreamConfig {
 }
 
 /// `[network]`: the network every upstream must be on.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct NetworkConfig {
     /// The expected network ID (1 mainnet, 5 fuji); unset: the network most nodes report at
@@ -321,7 +321,7 @@ pub fn validate_upstreams(upstreams: &[UpstreamConfig]) -> Result<(), ConfigErro
 }
 
 /// `[health]`: active health checks and the hysteresis that turns them into a verdict.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct HealthConfig {
     /// Time between two checks of one upstream.
@@ -383,7 +383,7 @@ impl HealthConfig {
 }
 
 /// `[upstream]`: how requests are forwarded.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ForwardConfig {
     /// Time allowed to open a TCP connection to a node.

@@ -30,6 +30,9 @@ use crate::upstream::Pool;
 /// The admin endpoint that purges the answer cache (`?method=NAME` for one method).
 pub const PURGE_PATH: &str = "/snowgate/cache/purge";
 
+/// Where an admin asks for the config file to be read again (as `SIGHUP` does).
+pub const RELOAD_PATH: &str = "/snowgate/reload";
+
 /// One of snowgate's own endpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
@@ -42,6 +45,8 @@ pub enum Endpoint {
     Liveness,
     Metrics,
     Purge,
+    /// `POST /snowgate/reload`.
+    Reload,
 }
 
 impl Endpoint {
@@ -53,6 +58,7 @@ impl Endpoint {
             "/ext/health/liveness" => Endpoint::Liveness,
             "/metrics" => Endpoint::Metrics,
             PURGE_PATH => Endpoint::Purge,
+            RELOAD_PATH => Endpoint::Reload,
             _ => return None,
         })
     }
@@ -71,6 +77,8 @@ pub struct Admin {
     pub(crate) total_body_bytes: usize,
     /// The fleet's Redis, for `/ext/health` (`None` without `[redis]`).
     pub(crate) shared: Option<Arc<crate::shared::Shared>>,
+    /// The gateway's reload (`None`: started from a config built in code, with no file).
+    pub(crate) reload: Option<Arc<dyn crate::call::Reload>>,
 }
 
 /// `/ext/health`'s body: the pool, and the fleet's shared tier when there is one. Redis down does
@@ -109,6 +117,7 @@ impl Admin {
             Endpoint::Metrics if method == Method::GET => Ok(self.metrics().await),
             Endpoint::Metrics => Err(ProxyError::NotFound),
             Endpoint::Purge => self.purge(method, headers, query).await,
+            Endpoint::Reload => self.reload(method, headers).await,
         }
     }
 
@@ -183,6 +192,47 @@ impl Admin {
         r
     }
 
+    /// `POST /snowgate/reload` (admin key): reads the config file again and applies it, as
+    /// `SIGHUP` does; answers what changed, or why nothing did.
+    async fn reload(
+        &self,
+        method: &Method,
+        headers: &HeaderMap,
+    ) -> Result<HttpResponse, ProxyError> {
+        if method != Method::POST {
+            return Err(ProxyError::WrongHttpMethod {
+                allowed: "POST",
+                path: RELOAD_PATH,
+            });
+        }
+        if !self
+            .keys
+            .authorizes(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()))
+        {
+            return Err(ProxyError::Unauthorized);
+        }
+        let Some(reload) = &self.reload else {
+            return Err(ProxyError::ReloadFailed(
+                "snowgate was started without a config file (--config)".into(),
+            ));
+        };
+        let report = reload.reload().await.map_err(ProxyError::ReloadFailed)?;
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Reloaded {
+            reloaded: bool,
+            #[serde(flatten)]
+            report: crate::call::ReloadReport,
+        }
+        let mut body = serde_json::to_vec(&Reloaded {
+            reloaded: true,
+            report,
+        })
+        .unwrap_or_default();
+        body.push(b'\n');
+        Ok(json(StatusCode::OK, body))
+    }
+
     async fn purge(
         &self,
         method: &Method,
@@ -206,10 +256,10 @@ impl Admin {
                 .find_map(|kv| kv.strip_prefix("method="))
                 .map(str::to_string)
         });
-        let index = match &method {
+        let names = match &method {
             None => None,
             Some(m) => match self.registry.get(m) {
-                Some(spec) => Some(spec.index),
+                Some(spec) => Some(vec![spec.name.clone()]),
                 None => return Err(ProxyError::UnknownPurgeMethod(m.clone())),
             },
         };
@@ -220,7 +270,7 @@ impl Admin {
             ));
         };
         cache
-            .purge(index)
+            .purge(names.as_deref())
             .await
             .map_err(|e| ProxyError::PurgeFailed(e.to_string()))?;
         tracing::info!(method = method.as_deref().unwrap_or("*"), "cache purged");

@@ -330,6 +330,7 @@ mod tests {
                 body_room: body_room.clone(),
                 total_body_bytes: limits.total_body_bytes,
                 shared: None,
+                reload: None,
             },
             limiter: None,
             limits,

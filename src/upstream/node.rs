@@ -100,6 +100,11 @@ pub(crate) struct Upstream {
     pub(super) permits: tokio::sync::Semaphore,
     /// This node's metric series, resolved once.
     pub(super) metrics: UpstreamMetrics,
+    /// Its table and the `[upstream]` settings it was built with, to tell on a reload whether it
+    /// changed.
+    recipe: (UpstreamConfig, Duration, usize, usize),
+    /// Taken out by a reload: its health checks stop; the calls it has finish.
+    retired: std::sync::atomic::AtomicBool,
 }
 
 /// The metric series of one upstream.
@@ -175,7 +180,35 @@ impl Upstream {
             in_flight: AtomicUsize::new(0),
             permits: tokio::sync::Semaphore::new(forward.max_concurrency),
             metrics: UpstreamMetrics::new(metrics, &config.name),
+            recipe: Self::recipe(config, forward),
+            retired: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    fn recipe(
+        config: &UpstreamConfig,
+        forward: &ForwardConfig,
+    ) -> (UpstreamConfig, Duration, usize, usize) {
+        (
+            config.clone(),
+            forward.connect_timeout,
+            forward.pool_max_idle,
+            forward.max_concurrency,
+        )
+    }
+
+    /// Whether this node is what `config` and `forward` would build (a reload keeps it).
+    pub(super) fn made_from(&self, config: &UpstreamConfig, forward: &ForwardConfig) -> bool {
+        self.recipe == Self::recipe(config, forward)
+    }
+
+    /// Takes it out for good (a reload removed or replaced it).
+    pub(super) fn retire(&self) {
+        self.retired.store(true, Ordering::Relaxed);
+    }
+
+    pub(super) fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Relaxed)
     }
 
     /// The path of `family`'s API on this upstream.

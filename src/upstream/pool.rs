@@ -16,25 +16,49 @@ use crate::call::{Answer, AnswerKind, RpcCall};
 use crate::config::{ForwardConfig, HealthConfig, LimitsConfig, UpstreamConfig};
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use tokio::sync::watch;
 
 /// The configured nodes and how to reach them.
 pub struct Pool {
-    pub(super) upstreams: Vec<Arc<Upstream>>,
+    /// The nodes and the settings they are used with: replaced whole by a reload
+    /// ([`Pool::reconfigure`]); a call takes one snapshot and keeps it to its end, so a node
+    /// removed meanwhile finishes the calls it has.
+    pub(super) members: ArcSwap<Members>,
     /// [`Heights`], recomputed after every check (three words, read per candidate per request).
     pub(super) best_height: AtomicU64,
     pub(super) height_floor: AtomicU64,
     pub(super) height_ceiling: AtomicU64,
-    pub(super) health: HealthConfig,
-    forward: ForwardConfig,
     /// Signalled whenever a concurrency slot is released anywhere in the pool.
     slot_freed: tokio::sync::Notify,
-    /// One client request, all attempts included.
-    deadline: Duration,
-    /// Largest answer accepted from a node.
-    max_response_bytes: usize,
     pub(super) metrics: Metrics,
     /// The network every node must be on: `[network] id`, or the majority's at start.
     pub(super) network: std::sync::OnceLock<u32>,
+    /// The gateway's stop signal, once the health checks run: a node added by a reload gets its
+    /// own checker, which stops with it.
+    pub(super) checks: Mutex<Option<watch::Receiver<bool>>>,
+}
+
+/// The pool's nodes and the settings of this generation of the config.
+pub(super) struct Members {
+    pub(super) upstreams: Vec<Arc<Upstream>>,
+    pub(super) health: HealthConfig,
+    pub(super) forward: ForwardConfig,
+    /// One client request, all attempts included.
+    pub(super) deadline: Duration,
+    /// Largest answer accepted from a node.
+    pub(super) max_response_bytes: usize,
+}
+
+/// What a reload changed in the pool (names only).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PoolChanges {
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    /// Same name, another URL, headers, role, weight or connection settings: a new node under the
+    /// old name (its health checked afresh before it takes the old one's place).
+    pub changed: Vec<String>,
 }
 
 impl Pool {
@@ -57,18 +81,98 @@ impl Pool {
                 .set(0);
         }
         Ok(Pool {
-            upstreams,
+            members: ArcSwap::from_pointee(Members {
+                upstreams,
+                health,
+                forward,
+                deadline: limits.request_deadline,
+                max_response_bytes: limits.response_bytes,
+            }),
             best_height: AtomicU64::new(0),
             height_floor: AtomicU64::new(0),
             height_ceiling: AtomicU64::new(u64::MAX),
-            health,
-            forward,
             slot_freed: tokio::sync::Notify::new(),
-            deadline: limits.request_deadline,
-            max_response_bytes: limits.response_bytes,
             metrics,
             network: std::sync::OnceLock::new(),
+            checks: Mutex::new(None),
         })
+    }
+
+    /// The nodes and settings now.
+    pub(super) fn members(&self) -> Arc<Members> {
+        self.members.load_full()
+    }
+
+    /// Applies a reloaded config: nodes added, removed or changed, and the `[health]`,
+    /// `[upstream]` and limits settings. A node whose table and connection settings are unchanged
+    /// is kept as it is (health, connections, latency); a new or changed one is checked once
+    /// (within `[health] timeout`) before it is published, so it takes traffic at once if it is
+    /// healthy and a changed node leaves no gap. A removed node takes no new call; the calls it
+    /// has finish. Fails, changing nothing, when a node cannot be built (its URL, its headers).
+    pub(crate) async fn reconfigure(
+        self: &Arc<Self>,
+        upstreams: &[UpstreamConfig],
+        health: HealthConfig,
+        forward: ForwardConfig,
+        limits: &LimitsConfig,
+    ) -> Result<PoolChanges, String> {
+        let old = self.members();
+        let mut changes = PoolChanges::default();
+        let mut next = Vec::with_capacity(upstreams.len());
+        let mut fresh = Vec::new();
+        for config in upstreams {
+            let same = old.upstreams.iter().find(|u| u.made_from(config, &forward));
+            match same {
+                Some(u) => next.push(u.clone()),
+                None => {
+                    let u = Arc::new(Upstream::new(config, &forward, &self.metrics)?);
+                    if old.upstreams.iter().any(|o| o.name == u.name) {
+                        changes.changed.push(config.name.clone());
+                    } else {
+                        changes.added.push(config.name.clone());
+                    }
+                    fresh.push(u.clone());
+                    next.push(u);
+                }
+            }
+        }
+        let leaving: Vec<Arc<Upstream>> = old
+            .upstreams
+            .iter()
+            .filter(|o| !next.iter().any(|n| Arc::ptr_eq(n, o)))
+            .cloned()
+            .collect();
+        for o in &leaving {
+            if !next.iter().any(|n| n.name == o.name) {
+                changes.removed.push(o.name.to_string());
+            }
+        }
+        // The new nodes' first check, with the new settings, before anyone can choose them.
+        let candidate = Members {
+            upstreams: next,
+            health,
+            forward,
+            deadline: limits.request_deadline,
+            max_response_bytes: limits.response_bytes,
+        };
+        futures_util::future::join_all(fresh.iter().map(|u| self.check_with(u, &candidate))).await;
+        self.members.store(Arc::new(candidate));
+        for o in &leaving {
+            o.retire();
+            if changes.removed.iter().any(|r| **r == *o.name) {
+                self.forget_metrics(o);
+            }
+        }
+        let stop = self.checks.lock().clone();
+        if let Some(stop) = stop {
+            for u in fresh {
+                self.spawn_checker(u, stop.clone());
+            }
+        }
+        self.refresh_best_height();
+        // Calls queued for a slot look again: a new node may have room.
+        self.slot_freed.notify_waiters();
+        Ok(changes)
     }
 
     /// The highest plausible height the nodes report now (see `health::Heights`).
@@ -84,14 +188,9 @@ impl Pool {
         }
     }
 
-    /// The upstreams, in configuration order.
-    pub(crate) fn upstreams(&self) -> &[Arc<Upstream>] {
-        &self.upstreams
-    }
-
     /// Finds an upstream by its configured name.
-    fn by_name(&self, name: &str) -> Option<&Arc<Upstream>> {
-        self.upstreams.iter().find(|u| &*u.name == name)
+    fn by_name<'m>(members: &'m Members, name: &str) -> Option<&'m Arc<Upstream>> {
+        members.upstreams.iter().find(|u| &*u.name == name)
     }
 
     pub(super) fn takes_traffic(&self, state: &HealthState) -> bool {
@@ -100,8 +199,9 @@ impl Pool {
 
     /// What the pool knows of each node now, for [`select::choose`]: one lock of each node's
     /// health record, one vector.
-    fn views(&self, tried: &[usize]) -> Vec<NodeView> {
-        self.upstreams
+    fn views(members: &Members, tried: &[usize]) -> Vec<NodeView> {
+        members
+            .upstreams
             .iter()
             .enumerate()
             .map(|(i, u)| {
@@ -125,6 +225,7 @@ impl Pool {
     /// (in-flight, latency, metrics, passive health).
     async fn attempt(
         &self,
+        members: &Members,
         upstream: &Upstream,
         call: &RpcCall,
         timeout: Duration,
@@ -142,7 +243,7 @@ impl Pool {
                 upstream.path(call.spec.family),
                 body,
                 timeout,
-                self.max_response_bytes,
+                members.max_response_bytes,
             )
             .await
             .and_then(|b| {
@@ -166,9 +267,11 @@ impl Pool {
                 let ejected = upstream
                     .state
                     .lock()
-                    .passive_failure(e.fault, self.health.passive_failures);
+                    .passive_failure(e.fault, members.health.passive_failures);
                 if ejected {
-                    tracing::warn!(upstream = %upstream.name, fault = %e.fault, failures = self.health.passive_failures, "upstream taken out after failures in a row");
+                    // Asked again who it is when it comes back (see `Pool::check_with`).
+                    upstream.identity.lock().asked = None;
+                    tracing::warn!(upstream = %upstream.name, fault = %e.fault, failures = members.health.passive_failures, "upstream taken out after failures in a row");
                     handles.healthy.set(0);
                 }
             }
@@ -178,14 +281,15 @@ impl Pool {
 
     /// Forwards a call: pick a node, send, check the answer; fail over as the module doc says.
     pub(crate) async fn forward(&self, call: &RpcCall) -> Result<Answer, ProxyError> {
-        let deadline = Instant::now() + self.deadline;
+        let members = self.members();
+        let members = &*members;
+        let deadline = Instant::now() + members.deadline;
         if let Some(pin) = &call.caller.pin {
-            let upstream = self
-                .by_name(pin)
+            let upstream = Self::by_name(members, pin)
                 .ok_or_else(|| ProxyError::UnknownUpstream(pin.clone()))?;
             let started = Instant::now();
             let Ok(Ok(permit)) =
-                tokio::time::timeout(self.deadline, upstream.permits.acquire()).await
+                tokio::time::timeout(members.deadline, upstream.permits.acquire()).await
             else {
                 return Err(ProxyError::Overloaded);
             };
@@ -195,15 +299,14 @@ impl Pool {
                 queued: false,
             };
             // The attempt's time runs from when it is sent; only the request's deadline cuts it.
-            let timeout = self
-                .attempt_timeout(call)
-                .min(self.deadline.saturating_sub(started.elapsed()));
+            let timeout = Self::attempt_timeout(members, call)
+                .min(members.deadline.saturating_sub(started.elapsed()));
             if timeout.is_zero() {
                 return Err(ProxyError::UpstreamTimeout {
                     upstream: upstream.name.to_string(),
                 });
             }
-            return match self.attempt(upstream, call, timeout, slot).await {
+            return match self.attempt(members, upstream, call, timeout, slot).await {
                 Ok((kind, payload)) => Ok(answer_from(kind, payload, upstream)),
                 Err(e) => Err(e.into_proxy_error(&upstream.name)),
             };
@@ -212,12 +315,12 @@ impl Pool {
         let mut tried: Vec<usize> = Vec::new();
         let mut last_error: Option<ProxyError> = None;
         let mut last_not_found: Option<Answer> = None;
-        for _ in 0..self.forward.max_attempts {
+        for _ in 0..members.forward.max_attempts {
             if !tried.is_empty() && Instant::now() >= deadline {
                 // The last attempt ran into the deadline: its error stands.
                 break;
             }
-            let (index, slot) = match self.take_slot(min_height, &tried, deadline).await {
+            let (index, slot) = match self.take_slot(members, min_height, &tried, deadline).await {
                 Ok(Some(taken)) => taken,
                 Ok(None) => break,
                 Err(overloaded) => {
@@ -226,7 +329,7 @@ impl Pool {
                 }
             };
             tried.push(index);
-            let upstream = &self.upstreams[index];
+            let upstream = &members.upstreams[index];
             // The attempt gets its whole timeout from now (time queued for a slot is not taken
             // from it), within the request's deadline; a timeout never counts against the node.
             let remaining = deadline.saturating_duration_since(Instant::now());
@@ -248,8 +351,8 @@ impl Pool {
                     break;
                 }
             }
-            let timeout = remaining.min(self.attempt_timeout(call));
-            match self.attempt(upstream, call, timeout, slot).await {
+            let timeout = remaining.min(Self::attempt_timeout(members, call));
+            match self.attempt(members, upstream, call, timeout, slot).await {
                 Ok((kind, payload)) => {
                     let answer = answer_from(kind, payload, upstream);
                     if self.should_retry_not_found(call, min_height, &answer) {
@@ -276,20 +379,21 @@ impl Pool {
 
     /// The time one attempt of `call` may take: the method's own `timeout`, else
     /// `upstream.request_timeout`.
-    fn attempt_timeout(&self, call: &RpcCall) -> Duration {
-        call.spec.timeout.unwrap_or(self.forward.request_timeout)
+    fn attempt_timeout(members: &Members, call: &RpcCall) -> Duration {
+        call.spec.timeout.unwrap_or(members.forward.request_timeout)
     }
 
     /// Picks a node and takes one of its concurrency slots. Nodes at their cap are passed over;
     /// when every usable node is full, the request queues at the pool (not at one node) and takes
     /// the first slot freed anywhere. `Ok(None)`: no usable node; `Err`: no slot before the
     /// deadline.
-    async fn take_slot(
-        &self,
+    async fn take_slot<'a>(
+        &'a self,
+        members: &'a Members,
         min_height: Option<u64>,
         tried: &[usize],
         deadline: Instant,
-    ) -> Result<Option<(usize, Slot<'_>)>, ProxyError> {
+    ) -> Result<Option<(usize, Slot<'a>)>, ProxyError> {
         // The common case first: a node with room, without registering for a wake-up.
         let mut waiting = false;
         loop {
@@ -300,16 +404,16 @@ impl Pool {
                 freed.as_mut().enable();
             }
             let choice = select::choose(
-                &self.views(tried),
+                &Self::views(members, tried),
                 &self.heights(),
                 min_height,
-                |i| self.upstreams[i].load(),
+                |i| members.upstreams[i].load(),
                 &mut rand::thread_rng(),
             );
             match choice {
                 Choice::NoNode => return Ok(None),
                 Choice::Node(index) => {
-                    if let Ok(permit) = self.upstreams[index].permits.try_acquire() {
+                    if let Ok(permit) = members.upstreams[index].permits.try_acquire() {
                         return Ok(Some((
                             index,
                             Slot {

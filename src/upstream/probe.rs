@@ -14,53 +14,84 @@ use super::answer;
 use super::balance::PeakEwma;
 use super::health::{self, Check, Fault, Heights, Thresholds};
 use super::node::{upstream_id, AttemptError, Upstream};
-use super::pool::Pool;
+use super::pool::{Members, Pool};
 use crate::call::AnswerKind;
+use tokio::sync::watch;
 
 impl Pool {
     /// Starts one health-check task per upstream, each checking first one interval from now (the
     /// gateway runs a first round itself before it serves); they stop when `shutdown` flips to
-    /// true.
-    pub(crate) fn spawn_health_checks(
-        self: &Arc<Self>,
-        shutdown: tokio::sync::watch::Receiver<bool>,
-    ) {
-        for index in 0..self.upstreams.len() {
-            let pool = Arc::clone(self);
-            let mut shutdown = shutdown.clone();
-            tokio::spawn(async move {
-                // The first round ran when the pool was built: the next is one interval on.
-                let every = pool.health.interval;
-                let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    tokio::select! {
-                        _ = tick.tick() => {}
-                        _ = shutdown.changed() => return,
-                    }
-                    pool.check_once(index).await;
-                }
-            });
+    /// true, and a node's own when a reload takes it out. Nodes a reload adds get theirs then.
+    pub(crate) fn spawn_health_checks(self: &Arc<Self>, shutdown: watch::Receiver<bool>) {
+        *self.checks.lock() = Some(shutdown.clone());
+        for upstream in self.members().upstreams.iter() {
+            self.spawn_checker(upstream.clone(), shutdown.clone());
         }
     }
 
-    /// Runs one active check of one upstream and updates the pool.
-    pub async fn check_once(&self, index: usize) {
-        let upstream = &self.upstreams[index];
-        let check = self.run_check(upstream).await;
-        // Its network and version: when it joins (before it takes traffic), after it comes back,
-        // and every few minutes.
-        if matches!(check, Check::Answered { .. }) {
-            let rejoining = !upstream.state.lock().healthy;
-            let due = upstream.identity.lock().due(std::time::Instant::now());
-            if due || rejoining {
-                self.ask_identity(upstream).await;
-                self.judge_network(upstream);
+    /// The checks of one node, every `[health] interval` (as it is at each turn), until it is
+    /// retired or `shutdown` flips.
+    pub(super) fn spawn_checker(
+        self: &Arc<Self>,
+        upstream: Arc<Upstream>,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let pool = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let every = match pool.upgrade() {
+                    Some(pool) => pool.members().health.interval,
+                    None => return,
+                };
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = shutdown.changed() => return,
+                }
+                let Some(pool) = pool.upgrade() else { return };
+                if upstream.is_retired() {
+                    return;
+                }
+                let members = pool.members();
+                pool.check_with(&upstream, &members).await;
             }
+        });
+    }
+
+    /// Runs one active check of the upstream at `index` (in configuration order) and updates the
+    /// pool.
+    pub async fn check_once(&self, index: usize) {
+        let members = self.members();
+        if let Some(upstream) = members.upstreams.get(index) {
+            self.check_with(upstream, &members).await;
+        }
+    }
+
+    /// One round of checks of every node, at once.
+    pub async fn check_all(&self) {
+        let members = self.members();
+        let round = members
+            .upstreams
+            .iter()
+            .map(|u| self.check_with(u, &members));
+        futures_util::future::join_all(round).await;
+    }
+
+    /// One active check of `upstream` with the settings of `members`.
+    pub(super) async fn check_with(&self, upstream: &Upstream, members: &Members) {
+        let health = &members.health;
+        let check = self.run_check(upstream, health.timeout).await;
+        // Its network and version: when it joins (before it takes traffic), after it comes back
+        // (a node taken out forgets when it was asked, below), and every few minutes. Not at
+        // every check of a node that answers but is not healthy (bootstrapping, behind).
+        if matches!(check, Check::Answered { .. })
+            && upstream.identity.lock().due(std::time::Instant::now())
+        {
+            self.ask_identity(upstream, health.timeout).await;
+            self.judge_network(upstream);
         }
         let thresholds = Thresholds {
-            failures: self.health.failure_threshold,
-            recoveries: self.health.recovery_threshold,
+            failures: health.failure_threshold,
+            recoveries: health.recovery_threshold,
         };
         {
             let mut s = upstream.state.lock();
@@ -70,6 +101,10 @@ impl Pool {
                 // Back in the pool: forget the latencies of its failures.
                 *upstream.ewma.lock() = PeakEwma::new(Instant::now());
             }
+            if was && !s.healthy {
+                // Whatever comes back may be another node (a restart, an address reused).
+                upstream.identity.lock().asked = None;
+            }
             if was != s.healthy {
                 tracing::info!(upstream = %upstream.name, healthy = s.healthy, height = ?s.height, reason = ?s.last_error, "upstream health changed");
             }
@@ -77,8 +112,7 @@ impl Pool {
         self.refresh_best_height();
     }
 
-    async fn run_check(&self, upstream: &Upstream) -> Check {
-        let timeout = self.health.timeout;
+    async fn run_check(&self, upstream: &Upstream, timeout: std::time::Duration) -> Check {
         let max = 1024 * 1024;
         let boot_id = upstream_id();
         let height_id = upstream_id();
@@ -142,8 +176,7 @@ impl Pool {
 
     /// Asks a node its network and version (in parallel, within the health timeout) and records
     /// them; a failure leaves the identity to be asked again at the next check.
-    async fn ask_identity(&self, upstream: &Upstream) {
-        let timeout = self.health.timeout;
+    async fn ask_identity(&self, upstream: &Upstream, timeout: std::time::Duration) {
         let (net_id, ver_id) = (upstream_id(), upstream_id());
         let body = |id: u64, method: &str| {
             format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"{method}\"}}").into_bytes()
@@ -184,18 +217,12 @@ impl Pool {
         if (old_version.as_deref(), old_network)
             != (identity.version.as_deref(), identity.network_id)
         {
-            let label = |v: Option<&str>, n: Option<u32>| {
-                (
-                    v.unwrap_or("unknown").to_string(),
-                    n.map_or("unknown".to_string(), |n| n.to_string()),
-                )
-            };
-            let (v, n) = label(old_version.as_deref(), old_network);
+            let (v, n) = info_labels(old_version.as_deref(), old_network);
             let _ = self
                 .metrics
                 .upstream_info
                 .remove_label_values(&[name, &v, &n]);
-            let (v, n) = label(identity.version.as_deref(), identity.network_id);
+            let (v, n) = info_labels(identity.version.as_deref(), identity.network_id);
             self.metrics
                 .upstream_info
                 .with_label_values(&[name, &v, &n])
@@ -206,7 +233,8 @@ impl Pool {
     /// Sets the pool's network (`[network] id`, or the network most nodes reported) once, and
     /// judges every node against it.
     pub(crate) fn settle_network(&self, configured: Option<u32>) {
-        let reported: Vec<u32> = self
+        let members = self.members();
+        let reported: Vec<u32> = members
             .upstreams
             .iter()
             .filter_map(|u| u.identity.lock().network_id)
@@ -219,7 +247,7 @@ impl Pool {
                 "the pool's network"
             );
         }
-        for u in &self.upstreams {
+        for u in &members.upstreams {
             self.judge_network(u);
         }
         self.refresh_best_height();
@@ -243,21 +271,36 @@ impl Pool {
             .set(i64::from(mismatch));
     }
 
+    /// Drops the metric series of a node a reload removed (its name is gone from the config).
+    pub(super) fn forget_metrics(&self, upstream: &Upstream) {
+        let m = &self.metrics;
+        let name: &str = &upstream.name;
+        let _ = m.upstream_healthy.remove_label_values(&[name]);
+        let _ = m.upstream_height.remove_label_values(&[name]);
+        let _ = m.upstream_in_flight.remove_label_values(&[name]);
+        let _ = m.upstream_latency.remove_label_values(&[name]);
+        let _ = m.upstream_network_mismatch.remove_label_values(&[name]);
+        let identity = upstream.identity.lock();
+        let (v, n) = info_labels(identity.version.as_deref(), identity.network_id);
+        let _ = m.upstream_info.remove_label_values(&[name, &v, &n]);
+    }
+
     /// Judges the heights the nodes report now (never a height kept from the past: a node that
     /// left, restarted lower or reset moves the mark at once) and publishes who takes traffic.
-    fn refresh_best_height(&self) {
-        let reported: Vec<u64> = self
+    pub(super) fn refresh_best_height(&self) {
+        let members = self.members();
+        let reported: Vec<u64> = members
             .upstreams
             .iter()
             .filter_map(|u| u.state.lock().reported_height())
             .collect();
-        let heights = Heights::judge(&reported, self.health.max_lag_blocks);
+        let heights = Heights::judge(&reported, members.health.max_lag_blocks);
         self.best_height.store(heights.best, Ordering::Relaxed);
         self.height_floor.store(heights.floor, Ordering::Relaxed);
         self.height_ceiling
             .store(heights.ceiling, Ordering::Relaxed);
         self.metrics.best_height.set(heights.best as i64);
-        for u in &self.upstreams {
+        for u in &members.upstreams {
             let s = u.state.lock();
             let name: &str = &u.name;
             self.metrics
@@ -272,6 +315,14 @@ impl Pool {
             }
         }
     }
+}
+
+/// The `version` and `network_id` labels of `snowgate_upstream_info`.
+fn info_labels(version: Option<&str>, network: Option<u32>) -> (String, String) {
+    (
+        version.unwrap_or("unknown").to_string(),
+        network.map_or("unknown".to_string(), |n| n.to_string()),
+    )
 }
 
 /// The `name` field of the result of a health-check call answered with `id` (a failed call's

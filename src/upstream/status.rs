@@ -57,6 +57,7 @@ impl Pool {
     /// The pool's state for `/ext/health`.
     pub fn status(&self) -> PoolStatus {
         let upstreams: Vec<UpstreamStatus> = self
+            .members()
             .upstreams
             .iter()
             .map(|u| {

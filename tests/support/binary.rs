@@ -19,6 +19,12 @@ impl Served {
     /// Starts `snowgate serve` with `config` (TOML without `[server] listen`, which is set to
     /// 127.0.0.1:0) and `RUST_LOG=rust_log`; returns once it listens.
     pub fn start(config: &str, rust_log: &str) -> Served {
+        Served::start_logging(config, Some(rust_log))
+    }
+
+    /// As [`Served::start`]; with `rust_log` `None`, `RUST_LOG` is unset (the file's `[log]
+    /// filter` rules).
+    pub fn start_logging(config: &str, rust_log: Option<&str>) -> Served {
         static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("snowgate-bin-{}-{n}", std::process::id()));
@@ -30,10 +36,13 @@ impl Served {
             format!("[server]\nlisten = \"127.0.0.1:0\"\n{config}")
         };
         std::fs::write(&path, text).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_snowgate"))
-            .args(["serve", "--config"])
-            .arg(&path)
-            .env("RUST_LOG", rust_log)
+        let mut command = Command::new(env!("CARGO_BIN_EXE_snowgate"));
+        command.args(["serve", "--config"]).arg(&path);
+        match rust_log {
+            Some(filter) => command.env("RUST_LOG", filter),
+            None => command.env_remove("RUST_LOG"),
+        };
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -70,6 +79,11 @@ impl Served {
             dir,
             stderr,
         }
+    }
+
+    /// The config file it was started with (a test edits it, then sends `HUP`).
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.join("snowgate.toml")
     }
 
     pub fn pid(&self) -> u32 {

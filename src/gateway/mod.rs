@@ -1,0 +1,499 @@
+//! Assembling a running gateway from a [`Config`]: the pool and its health checks, the stack, the
+//! server; and assembling it again from the file on a reload ([`reload`]). Tests, `snowgate
+//! serve` and `snowgate demo` all start it through here.
+//!
+//! What a gateway is made of comes in two lifetimes. The [`Core`] lives as long as the gateway:
+//! the pool (whose nodes a reload changes in place), the cache (which survives a reload), the
+//! fleet's Redis, the metrics, the drain flag. A [`Generation`] is what one version of the config
+//! builds on top of it: the method registry, the rate limiter, the room for request bodies, and
+//! the [`Stack`] they make, which the server reads per request from one `ArcSwap`. A reload builds
+//! the next generation beside the one serving and swaps the stack in one store: a request runs
+//! wholly on the generation it started on.
+
+pub mod reload;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+
+use crate::cache::shared::SharedCache;
+use crate::cache::AnswerCache;
+use crate::call::{BestHeight, Caller, ClientId, ReloadReport, RpcCall};
+use crate::config::Config;
+use crate::http::admin::Admin;
+use crate::http::decode::Decoding;
+use crate::http::request_id::RequestIdLayer;
+use crate::http::router::Routes;
+use crate::methods::Registry;
+use crate::metrics::{CounterTable, Metrics, OUTCOMES};
+use crate::policy::AdminKeys;
+use crate::ratelimit::Limiter;
+use crate::shared::Shared;
+use crate::stack::{SharedRpc, Stack};
+use crate::upstream::Pool;
+
+pub use reload::ConfigSource;
+
+/// A running gateway. Stop it with [`Gateway::shutdown`] (drain grace, then drain); dropping it
+/// stops accepting and drains the connections without the grace, in the background.
+pub struct Gateway {
+    addr: SocketAddr,
+    live: Arc<reload::Live>,
+    drain_grace: Duration,
+    stop: watch::Sender<bool>,
+    done: tokio::task::JoinHandle<()>,
+}
+
+impl Gateway {
+    /// Binds `config.server.listen` and starts serving.
+    pub async fn start(config: Config) -> anyhow::Result<Gateway> {
+        let listener = bind(&config).await?;
+        Gateway::start_on(config, listener).await
+    }
+
+    /// Starts serving on an already bound listener (tests bind `127.0.0.1:0`). With no config
+    /// source, [`Gateway::reload`] and `POST /snowgate/reload` answer that there is no file.
+    pub async fn start_on(config: Config, listener: TcpListener) -> anyhow::Result<Gateway> {
+        Gateway::launch(config, listener, None).await
+    }
+
+    /// Reads the config from `source` and starts serving on `listener` (or on the config's
+    /// `server.listen` when `None`); a reload reads `source` again.
+    pub async fn start_from(
+        source: ConfigSource,
+        listener: Option<TcpListener>,
+    ) -> anyhow::Result<Gateway> {
+        let config = source.read()?;
+        let listener = match listener {
+            Some(l) => l,
+            None => bind(&config).await?,
+        };
+        Gateway::launch(config, listener, Some(source)).await
+    }
+
+    async fn launch(
+        config: Config,
+        listener: TcpListener,
+        source: Option<ConfigSource>,
+    ) -> anyhow::Result<Gateway> {
+        let addr = listener.local_addr()?;
+        let (stop, stop_rx) = watch::channel(false);
+        let live = reload::Live::start(&config, Some(stop_rx.clone()), source).await?;
+        let mut stopped = stop_rx;
+        let shutdown = async move {
+            // Also ends when the sender is dropped with the gateway.
+            let _ = stopped.wait_for(|v| *v).await;
+        };
+        let done = tokio::spawn(crate::server::run(
+            listener,
+            live.stacks(),
+            config.limits.max_connections,
+            shutdown,
+            config.server.drain_timeout,
+        ));
+        Ok(Gateway {
+            addr,
+            live,
+            drain_grace: config.server.drain_grace,
+            stop,
+            done,
+        })
+    }
+
+    /// The address the gateway listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://ADDR`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The upstream pool.
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.live.core.pool
+    }
+
+    /// The answer cache (`None` when disabled).
+    pub fn cache(&self) -> Option<&Arc<AnswerCache>> {
+        self.live.core.cache.as_ref()
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.live.core.metrics
+    }
+
+    /// The rate limiter in force (`None` when disabled).
+    pub fn limiter(&self) -> Option<Arc<Limiter>> {
+        self.live.limiter()
+    }
+
+    /// The fleet's Redis tier (`None` without `[redis]`).
+    pub fn shared(&self) -> Option<&Arc<Shared>> {
+        self.live.core.shared.as_ref()
+    }
+
+    /// Reads the config source again and applies it (what `SIGHUP` and `POST /snowgate/reload`
+    /// do); `Err` says why nothing changed. One reload runs at a time.
+    pub async fn reload(&self) -> Result<ReloadReport, String> {
+        self.live.reload().await
+    }
+
+    /// A handle that reloads this gateway while it runs (for the `SIGHUP` task), without keeping
+    /// it alive.
+    pub fn reloader(&self) -> Arc<dyn crate::call::Reload> {
+        reload::Live::reloader(&self.live)
+    }
+
+    /// Stops accepting, drains requests in flight (`/ext/health` answers 503 meanwhile, and
+    /// connections close after their answer), stops the health checks.
+    pub async fn shutdown(self) {
+        self.live.core.draining.store(true, Ordering::Relaxed);
+        if !self.drain_grace.is_zero() {
+            tracing::info!(grace = ?self.drain_grace, "draining: /ext/health answers 503");
+            tokio::time::sleep(self.drain_grace).await;
+        }
+        let _ = self.stop.send(true);
+        let _ = self.done.await;
+    }
+}
+
+async fn bind(config: &Config) -> anyhow::Result<TcpListener> {
+    let listen = config.server.listen;
+    TcpListener::bind(listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {listen} (`server.listen`): {e}"))
+}
+
+/// The parts of a gateway, assembled without a listener (the server, tests and benchmarks share
+/// this one recipe).
+pub struct Parts {
+    pub stack: Arc<Stack>,
+    pub pool: Arc<Pool>,
+    pub cache: Option<Arc<AnswerCache>>,
+    pub limiter: Option<Arc<Limiter>>,
+    /// The fleet's Redis (`None` without `[redis]`).
+    pub shared: Option<Arc<Shared>>,
+    pub metrics: Metrics,
+    pub draining: Arc<AtomicBool>,
+}
+
+/// Validates `config` and builds the pool (one round of health checks done, so the first requests
+/// find healthy nodes), the cache, the rate limiter and the stack. With `background`, the periodic
+/// health checks and the limiter's pruning run until it flips to true.
+pub async fn assemble(
+    config: &Config,
+    background: Option<watch::Receiver<bool>>,
+) -> anyhow::Result<Parts> {
+    let core = Core::build(config, background.clone()).await?;
+    let generation = Generation::build(config, &core, None, background.as_ref());
+    let stack = Arc::new(generation.stack(&core, config, None));
+    Ok(Parts {
+        stack,
+        pool: core.pool.clone(),
+        cache: core.cache.clone(),
+        limiter: generation.limiter.clone(),
+        shared: core.shared.clone(),
+        metrics: core.metrics.clone(),
+        draining: core.draining.clone(),
+    })
+}
+
+/// What lives as long as the gateway, whatever reloads happen.
+pub(crate) struct Core {
+    pub(crate) pool: Arc<Pool>,
+    pub(crate) cache: Option<Arc<AnswerCache>>,
+    pub(crate) shared: Option<Arc<Shared>>,
+    pub(crate) metrics: Metrics,
+    pub(crate) draining: Arc<AtomicBool>,
+    request_ids: RequestIdLayer,
+}
+
+impl Core {
+    async fn build(
+        config: &Config,
+        background: Option<watch::Receiver<bool>>,
+    ) -> anyhow::Result<Core> {
+        config.validate()?;
+        let metrics = Metrics::new();
+        let pool = Arc::new(
+            Pool::new(
+                &config.upstreams,
+                config.health.clone(),
+                config.upstream.clone(),
+                &config.limits,
+                metrics.clone(),
+            )
+            .map_err(|e| anyhow::anyhow!(e))?,
+        );
+        pool.check_all().await;
+        pool.settle_network(config.network.id);
+        let registry = Registry::with_overrides(&config.methods);
+        // The fleet's Redis: asked once now (so that a Redis that is up is used from the first
+        // request; one that is down costs at most a connect timeout here, and is retried in the
+        // background), and told the network the nodes serve (cache keys carry it).
+        let shared = match &config.redis {
+            Some(redis) => {
+                let shared = Shared::new(redis, &metrics).map_err(|e| anyhow::anyhow!(e))?;
+                shared.check().await;
+                learn_network(&pool, &registry, &shared).await;
+                Some(shared)
+            }
+            None => None,
+        };
+        let cache = config.cache.enabled.then(|| {
+            let best: Arc<dyn BestHeight> = pool.clone();
+            let tier = shared.clone().filter(|_| config.shares_cache()).map(|s| {
+                SharedCache::new(
+                    s,
+                    config.cache.shared_ttl,
+                    config
+                        .cache
+                        .shared_max_bytes
+                        .min(config.limits.response_bytes),
+                    &metrics,
+                )
+            });
+            AnswerCache::new(&config.cache, best, tier, &metrics, registry.len())
+        });
+        if let Some(stop) = background {
+            pool.spawn_health_checks(stop.clone());
+            if let Some(shared) = &shared {
+                shared.spawn_watcher(stop.clone());
+                if shared.network_prefix().is_none() {
+                    spawn_network_learner(
+                        pool.clone(),
+                        registry.clone(),
+                        shared.clone(),
+                        config.health.interval,
+                        stop,
+                    );
+                }
+            }
+        }
+        metrics.config_loaded.set(unix_now());
+        Ok(Core {
+            pool,
+            cache,
+            shared,
+            metrics,
+            draining: Arc::new(AtomicBool::new(false)),
+            request_ids: RequestIdLayer::new(),
+        })
+    }
+}
+
+/// What one version of the config builds over the [`Core`].
+pub(crate) struct Generation {
+    pub(crate) registry: Registry,
+    pub(crate) limiter: Option<Arc<Limiter>>,
+    /// Stops this generation's limiter tasks when a reload replaces the limiter.
+    limiter_stop: Option<watch::Sender<bool>>,
+    body_room: Arc<Semaphore>,
+}
+
+impl Generation {
+    /// The registry, the limiter (kept from `previous` when given), the body room.
+    fn build(
+        config: &Config,
+        core: &Core,
+        previous: Option<(&Generation, &Config)>,
+        background: Option<&watch::Receiver<bool>>,
+    ) -> Generation {
+        let registry = Registry::with_overrides(&config.methods);
+        let (limiter, limiter_stop) = match previous {
+            // Unchanged quotas keep their state (a reload is no way to refill a bucket).
+            Some((prev, old))
+                if old.rate_limit == config.rate_limit && prev.registry.all() == registry.all() =>
+            {
+                (prev.limiter.clone(), None)
+            }
+            _ => new_limiter(config, core, &registry, background),
+        };
+        let body_room = match previous {
+            Some((prev, old)) if old.limits.total_body_bytes == config.limits.total_body_bytes => {
+                prev.body_room.clone()
+            }
+            _ => Arc::new(Semaphore::new(config.limits.total_body_bytes)),
+        };
+        Generation {
+            registry,
+            limiter,
+            limiter_stop,
+            body_room,
+        }
+    }
+
+    /// The stack of this generation.
+    fn stack(
+        &self,
+        core: &Core,
+        config: &Config,
+        reload: Option<Arc<dyn crate::call::Reload>>,
+    ) -> Stack {
+        let admin = Admin {
+            registry: self.registry.clone(),
+            keys: AdminKeys::new(&config.admin.api_keys),
+            pool: core.pool.clone(),
+            cache: core.cache.clone(),
+            metrics: core.metrics.clone(),
+            draining: core.draining.clone(),
+            body_room: self.body_room.clone(),
+            total_body_bytes: config.limits.total_body_bytes,
+            shared: core.shared.clone(),
+            reload,
+        };
+        let routes = Routes {
+            admin,
+            limiter: self.limiter.clone(),
+            limits: config.limits.clone(),
+            body_room: self.body_room.clone(),
+        };
+        let decoding = Decoding {
+            requests: CounterTable::new(
+                core.metrics.requests.clone(),
+                self.registry.len() + 1,
+                OUTCOMES,
+            ),
+            registry: self.registry.clone(),
+            limits: config.limits.clone(),
+            limiter: self.limiter.clone(),
+        };
+        Stack {
+            request_ids: core.request_ids.clone(),
+            draining: core.draining.clone(),
+            routes: Arc::new(routes),
+            decoding: Arc::new(decoding),
+            rpc: SharedRpc::new(crate::stack::rpc(
+                core.pool.clone(),
+                core.cache.clone(),
+                self.limiter.clone(),
+            )),
+            limits: config.limits.clone(),
+            trusted_proxies: config.rate_limit.trusted_proxies.clone(),
+        }
+    }
+}
+
+impl Drop for Generation {
+    fn drop(&mut self) {
+        // A limiter this generation started stops its pruner and sweeper with it (the sweeper
+        // hands its unused leases back first).
+        if let Some(stop) = &self.limiter_stop {
+            let _ = stop.send(true);
+        }
+    }
+}
+
+/// A rate limiter for `config` (`None` when disabled), its background tasks started under a stop
+/// signal of its own that also follows the gateway's.
+fn new_limiter(
+    config: &Config,
+    core: &Core,
+    registry: &Registry,
+    background: Option<&watch::Receiver<bool>>,
+) -> (Option<Arc<Limiter>>, Option<watch::Sender<bool>>) {
+    if !config.rate_limit.enabled {
+        return (None, None);
+    }
+    let limiter = match &core.shared {
+        Some(s) if config.global_quotas() => {
+            Limiter::new_global(&config.rate_limit, registry, &core.metrics, s.clone())
+        }
+        _ => Limiter::new(&config.rate_limit, &core.metrics),
+    };
+    let Some(gateway_stop) = background else {
+        return (Some(limiter), None);
+    };
+    let (tx, rx) = watch::channel(false);
+    let mut parent = gateway_stop.clone();
+    let child = tx.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = parent.wait_for(|v| *v) => { let _ = child.send(true); }
+            () = child.closed() => {}
+        }
+    });
+    limiter.spawn_pruner(rx);
+    (Some(limiter), Some(tx))
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// Asks the pool for the network ID (`info.getNetworkID`) and gives it to the shared tier: cache
+/// keys in Redis carry it, and nothing is shared until it is known. Only a plain decimal ID is
+/// taken (it becomes part of Redis keys).
+async fn learn_network(pool: &Pool, registry: &Registry, shared: &Shared) -> bool {
+    let Some(spec) = registry.get("info.getNetworkID") else {
+        return false;
+    };
+    let local = std::net::IpAddr::from([127, 0, 0, 1]);
+    let call = RpcCall {
+        spec: spec.clone(),
+        params: None,
+        id: Some(bytes::Bytes::from_static(b"1")),
+        caller: Caller {
+            admin: true,
+            pin: None,
+            ip: local,
+            client: ClientId::Ip(local),
+            request_id: None,
+        },
+        route_min_height: None,
+    };
+    let Ok(answer) = pool.forward(&call).await else {
+        return false;
+    };
+    let id = crate::jsonrpc::Json::parse(&answer.payload)
+        .ok()
+        .and_then(|v| {
+            v.field("networkID")
+                .and_then(|n| n.as_str().map(str::to_string))
+        });
+    match id {
+        Some(id) if !id.is_empty() && id.len() <= 20 && id.bytes().all(|b| b.is_ascii_digit()) => {
+            tracing::info!(network_id = %id, "shared tier: keys carry this network ID");
+            shared.learn_network(&id);
+            true
+        }
+        _ => {
+            tracing::warn!("shared tier: the nodes' network ID is not a number; nothing is shared");
+            false
+        }
+    }
+}
+
+/// Retries [`learn_network`] every health interval until it succeeds or `stop` flips.
+fn spawn_network_learner(
+    pool: Arc<Pool>,
+    registry: Registry,
+    shared: Arc<Shared>,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = stop.changed() => return,
+            }
+            if learn_network(&pool, &registry, &shared).await {
+                return;
+            }
+        }
+    });
+}
+
+/// The stack the server reads per request: swapped whole by a reload.
+pub(crate) type Stacks = Arc<ArcSwap<Stack>>;

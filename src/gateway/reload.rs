@@ -1,0 +1,279 @@
+//! The live config: the gateway's [`Core`], the [`Generation`] in force and its stack, and the
+//! reload that reads the file again (`SIGHUP`, `POST /snowgate/reload`) and applies it without
+//! dropping a connection.
+//!
+//! A reload is all or nothing. The file is read and validated as `snowgate check` does; then the
+//! next generation is built beside the one serving (registry, limiter, stack), the pool takes its
+//! new nodes (each checked once before it is published), and one store swaps the stack. Until
+//! that store nothing a request sees has changed, and every step that can fail comes before it,
+//! so an invalid file (or a node URL that cannot be built) leaves the config in force serving,
+//! and says why: in the log at error, in the admin endpoint's answer, and in
+//! `snowgate_config_reloads_total{result="error"}`.
+//!
+//! What changes live: upstreams (added, removed: their in-flight calls finish; changed: a new node
+//! under the name), `[health]`, `[upstream]`, `[limits]` (but `max_connections`), `[admin]` keys,
+//! `[rate_limit]` (a limiter with unchanged settings keeps its buckets), `[methods]` (cached
+//! answers of a method whose cache rule changed are dropped), `[log] filter`. What needs a
+//! restart, logged and answered as such and kept at its old value meanwhile: `[server]`,
+//! `[network]`, `[cache]`, `[redis]`, `limits.max_connections`.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Weak};
+
+use arc_swap::ArcSwap;
+use tokio::sync::watch;
+
+use super::{unix_now, Core, Generation, Stacks};
+use crate::call::{Reload, ReloadReport};
+use crate::config::Config;
+use crate::methods::Registry;
+use crate::ratelimit::Limiter;
+
+/// Where a gateway's config comes from: read at start and at every reload, validated as
+/// `snowgate check` validates it.
+#[derive(Clone)]
+pub struct ConfigSource(Arc<dyn Fn() -> anyhow::Result<Config> + Send + Sync>);
+
+impl ConfigSource {
+    /// A TOML file.
+    pub fn file(path: impl Into<PathBuf>) -> ConfigSource {
+        let path = path.into();
+        ConfigSource(Arc::new(move || Ok(Config::load(&path)?)))
+    }
+
+    /// Any recipe (`snowgate serve` reads the file and applies its flags on top).
+    pub fn new(read: impl Fn() -> anyhow::Result<Config> + Send + Sync + 'static) -> ConfigSource {
+        ConfigSource(Arc::new(read))
+    }
+
+    /// Reads it now.
+    pub fn read(&self) -> anyhow::Result<Config> {
+        (self.0)()
+    }
+}
+
+/// A running gateway's state: what lives as long as it does, and the generation in force.
+pub(crate) struct Live {
+    pub(crate) core: Core,
+    stacks: Stacks,
+    /// The config in force and what it built; a reload holds it for its whole run, so reloads
+    /// take turns.
+    state: tokio::sync::Mutex<(Config, Generation)>,
+    /// The limiter in force, for [`Live::limiter`] without the lock.
+    limiter: ArcSwap<Option<Arc<Limiter>>>,
+    source: Option<ConfigSource>,
+    background: Option<watch::Receiver<bool>>,
+    /// This gateway as the admin endpoint reaches it (weak: the stack it sits in is the
+    /// gateway's).
+    me: Weak<Live>,
+}
+
+impl Live {
+    pub(crate) async fn start(
+        config: &Config,
+        background: Option<watch::Receiver<bool>>,
+        source: Option<ConfigSource>,
+    ) -> anyhow::Result<Arc<Live>> {
+        // First, so that the file's filter rules the start's own lines too.
+        crate::logging::set_filter(config.log.filter.as_deref()).map_err(anyhow::Error::msg)?;
+        let core = Core::build(config, background.clone()).await?;
+        let generation = Generation::build(config, &core, None, background.as_ref());
+        Ok(Arc::new_cyclic(|me: &Weak<Live>| {
+            let reload = source
+                .as_ref()
+                .map(|_| Arc::new(Reloader(me.clone())) as Arc<dyn Reload>);
+            let stack = generation.stack(&core, config, reload);
+            Live {
+                core,
+                stacks: Arc::new(ArcSwap::from_pointee(stack)),
+                limiter: ArcSwap::from_pointee(generation.limiter.clone()),
+                state: tokio::sync::Mutex::new((config.clone(), generation)),
+                source,
+                background,
+                me: me.clone(),
+            }
+        }))
+    }
+
+    /// The stack the server reads per request.
+    pub(crate) fn stacks(&self) -> Stacks {
+        self.stacks.clone()
+    }
+
+    pub(crate) fn limiter(&self) -> Option<Arc<Limiter>> {
+        self.limiter.load().as_ref().clone()
+    }
+
+    pub(crate) fn reloader(this: &Arc<Live>) -> Arc<dyn Reload> {
+        Arc::new(Reloader(Arc::downgrade(this)))
+    }
+
+    /// Reads the source again and applies it; logs and counts the result.
+    pub(crate) async fn reload(&self) -> Result<ReloadReport, String> {
+        let result = self.apply().await;
+        let metrics = &self.core.metrics;
+        match &result {
+            Ok(report) => {
+                metrics.config_reloads.with_label_values(&["ok"]).inc();
+                metrics.config_loaded.set(unix_now());
+                tracing::info!(changed = ?report.changed, "config reloaded");
+                if !report.restart_needed.is_empty() {
+                    tracing::warn!(keys = ?report.restart_needed, "changed in the file, but applied only at the next restart (the old values stay in force)");
+                }
+            }
+            Err(e) => {
+                metrics.config_reloads.with_label_values(&["error"]).inc();
+                tracing::error!(error = %e, "config reload failed; the config in force is unchanged");
+            }
+        }
+        result
+    }
+
+    async fn apply(&self) -> Result<ReloadReport, String> {
+        let Some(source) = &self.source else {
+            return Err("snowgate was started without a config file (--config)".into());
+        };
+        let mut state = self.state.lock().await;
+        let (old, previous) = &*state;
+        // The file, validated as `snowgate check` does (the source's own errors name the file).
+        let mut next = source.read().map_err(|e| format!("{e:#}"))?;
+        let mut report = ReloadReport::default();
+        keep_restart_only(old, &mut next, &mut report.restart_needed);
+        // The old values put back may not fit what changed around them.
+        next.validate()
+            .map_err(|e| format!("{e} (with the restart-only settings kept as they are)"))?;
+        describe(old, &next, &mut report.changed);
+
+        let generation = Generation::build(
+            &next,
+            &self.core,
+            Some((previous, old)),
+            self.background.as_ref(),
+        );
+        let reclassed = reclassed(&previous.registry, &generation.registry);
+        // The last step that can fail; it changes the pool only when it succeeds.
+        let changes = self
+            .core
+            .pool
+            .reconfigure(
+                &next.upstreams,
+                next.health.clone(),
+                next.upstream.clone(),
+                &next.limits,
+            )
+            .await?;
+        for (what, names) in [
+            ("upstream added", &changes.added),
+            ("upstream removed", &changes.removed),
+            ("upstream changed", &changes.changed),
+        ] {
+            report
+                .changed
+                .extend(names.iter().map(|n| format!("{what}: {n}")));
+        }
+        // Checked by validation; a failure here leaves the old filter, and is said.
+        if let Err(e) = crate::logging::set_filter(next.log.filter.as_deref()) {
+            report.changed.push(format!("log.filter not applied: {e}"));
+        }
+
+        let reload = Some(Arc::new(Reloader(self.me.clone())) as Arc<dyn Reload>);
+        let stack = generation.stack(&self.core, &next, reload);
+        self.stacks.store(Arc::new(stack));
+        self.limiter.store(Arc::new(generation.limiter.clone()));
+        if let Some(cache) = &self.core.cache {
+            if previous.registry.all() != generation.registry.all() {
+                cache.registry_changed(generation.registry.len());
+            }
+            if !reclassed.is_empty() {
+                if let Err(e) = cache.purge(Some(&reclassed)).await {
+                    tracing::warn!(error = %e, "could not drop the answers of reclassed methods");
+                }
+                report.changed.push(format!(
+                    "cached answers dropped for: {}",
+                    reclassed.join(", ")
+                ));
+            }
+        }
+        *state = (next, generation);
+        Ok(report)
+    }
+}
+
+/// The admin endpoint's way to the gateway's reload.
+struct Reloader(Weak<Live>);
+
+impl Reload for Reloader {
+    fn reload(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<ReloadReport, String>> + Send>>
+    {
+        let live = self.0.upgrade();
+        Box::pin(async move {
+            match live {
+                Some(live) => live.reload().await,
+                None => Err("the gateway is shutting down".into()),
+            }
+        })
+    }
+}
+
+/// Puts back in `next` the settings that cannot change while snowgate runs, naming each one
+/// that the file changed.
+fn keep_restart_only(old: &Config, next: &mut Config, restart: &mut Vec<String>) {
+    if next.server != old.server {
+        restart.push("server".into());
+        next.server = old.server.clone();
+    }
+    if next.network != old.network {
+        restart.push("network".into());
+        next.network = old.network.clone();
+    }
+    if next.cache != old.cache {
+        restart.push("cache".into());
+        next.cache = old.cache.clone();
+    }
+    if next.redis != old.redis {
+        restart.push("redis".into());
+        next.redis = old.redis.clone();
+    }
+    if next.limits.max_connections != old.limits.max_connections {
+        restart.push("limits.max_connections".into());
+        next.limits.max_connections = old.limits.max_connections;
+    }
+}
+
+/// The sections that changed, named (never their values: keys and URLs are secrets).
+fn describe(old: &Config, next: &Config, changed: &mut Vec<String>) {
+    let sections = [
+        ("health", old.health != next.health),
+        ("upstream", old.upstream != next.upstream),
+        ("limits", old.limits != next.limits),
+        ("admin", old.admin != next.admin),
+        ("rate_limit", old.rate_limit != next.rate_limit),
+        ("log", old.log != next.log),
+        (
+            "methods",
+            Registry::with_overrides(&old.methods).all()
+                != Registry::with_overrides(&next.methods).all(),
+        ),
+    ];
+    changed.extend(
+        sections
+            .iter()
+            .filter(|(_, differs)| *differs)
+            .map(|(name, _)| (*name).to_string()),
+    );
+}
+
+/// Methods whose cached answers the new registry would not have kept the same way: another
+/// cache class, another height param, or gone.
+fn reclassed(old: &Registry, new: &Registry) -> Vec<String> {
+    old.all()
+        .iter()
+        .filter(|o| {
+            !matches!(new.get(&o.name),
+                Some(n) if n.cache == o.cache && n.height_param == o.height_param)
+        })
+        .map(|o| o.name.clone())
+        .collect()
+}

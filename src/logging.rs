@@ -1,0 +1,52 @@
+//! The process's log subscriber, with a filter a reload can change ([`set_filter`]).
+//!
+//! `RUST_LOG`, when set, wins over `[log] filter` at start and at every reload (an operator who
+//! sets it for a debugging session keeps it). A library user that installs its own subscriber
+//! (the tests) never calls [`init`]: the filter then stays the caller's.
+
+use std::sync::OnceLock;
+
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{reload, EnvFilter, Registry};
+
+static FILTER: OnceLock<reload::Handle<EnvFilter, Registry>> = OnceLock::new();
+
+/// The filter when neither `RUST_LOG` nor `[log] filter` says.
+pub const DEFAULT_FILTER: &str = "info";
+
+/// Installs the subscriber: logs go to stderr (stdout carries the CLI's own output: the listening
+/// line, the demo's help), filtered by `RUST_LOG` or else [`DEFAULT_FILTER`] until the config is
+/// read ([`set_filter`]).
+pub fn init() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| DEFAULT_FILTER.into());
+    let (filter, handle) = reload::Layer::new(filter);
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    if tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .try_init()
+        .is_ok()
+    {
+        let _ = FILTER.set(handle);
+    }
+}
+
+/// Applies `[log] filter` (`None`: the default). Does nothing while `RUST_LOG` is set or when
+/// [`init`] did not install the subscriber. The directives were checked by the config's
+/// validation; an error here names them anyway.
+pub fn set_filter(filter: Option<&str>) -> Result<(), String> {
+    let Some(handle) = FILTER.get() else {
+        return Ok(());
+    };
+    if std::env::var_os("RUST_LOG").is_some() {
+        return Ok(());
+    }
+    let directives = filter.unwrap_or(DEFAULT_FILTER);
+    let parsed = EnvFilter::builder()
+        .parse(directives)
+        .map_err(|e| format!("log.filter: {e}"))?;
+    handle.reload(parsed).map_err(|e| e.to_string())
+}

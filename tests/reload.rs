@@ -1,0 +1,561 @@
+//! Live reload: the config file edited while snowgate serves, applied by `SIGHUP` (the real
+//! binary), `POST /snowgate/reload` or `Gateway::reload`, without dropping a connection; an
+//! invalid file changes nothing.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use snowgate::devnode::DevNode;
+use snowgate::gateway::ConfigSource;
+use snowgate::Gateway;
+use support::{call, devnodes, eventually, post, post_with, temp_dir, ADMIN_KEY};
+
+const HEALTH_INTERVAL_MS: u64 = 200;
+
+/// A config file's text: `upstreams` as `(name, url)`, `limits` inside `[limits]`, then `extra`
+/// TOML.
+fn config_text_with(upstreams: &[(&str, String)], limits: &str, extra: &str) -> String {
+    let mut text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n\n[admin]\napi_keys = [\"{ADMIN_KEY}\"]\n\n\
+         [health]\ninterval = \"{HEALTH_INTERVAL_MS}ms\"\ntimeout = \"{HEALTH_INTERVAL_MS}ms\"\n\n\
+         [limits]\nmax_connections_per_ip = 10000\n{limits}\n"
+    );
+    for (name, url) in upstreams {
+        text.push_str(&format!(
+            "[[upstreams]]\nname = \"{name}\"\nurl = \"{url}\"\n\n"
+        ));
+    }
+    text.push_str(extra);
+    text
+}
+
+fn config_text(upstreams: &[(&str, String)], extra: &str) -> String {
+    config_text_with(upstreams, "", extra)
+}
+
+fn nodes_named(nodes: &[DevNode]) -> Vec<(&'static str, String)> {
+    const NAMES: [&str; 4] = ["node-0", "node-1", "node-2", "node-3"];
+    nodes
+        .iter()
+        .zip(NAMES)
+        .map(|(n, name)| (name, n.url()))
+        .collect()
+}
+
+const NO_LIMITS: &str = "[rate_limit]\nenabled = false\n";
+
+/// Every call reaches a node (so that call counts say where calls went).
+const NO_CACHE: &str = "[rate_limit]\nenabled = false\n\n[cache]\nenabled = false\n";
+
+/// A gateway reading `path` (started and reloaded from it), on 127.0.0.1:0.
+async fn gateway_from(path: &Path) -> Gateway {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    Gateway::start_from(ConfigSource::file(path), Some(listener))
+        .await
+        .unwrap()
+}
+
+fn write(path: &Path, text: &str) {
+    // Written whole then renamed, as editors and config managers do: a reload never reads half.
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+fn config_file(what: &str) -> PathBuf {
+    temp_dir(what).join("snowgate.toml")
+}
+
+async fn height(url: &str) -> support::Reply {
+    post(
+        &format!("{url}/ext/bc/P"),
+        &call("platform.getHeight", "{}"),
+    )
+    .await
+}
+
+async fn reload_over_http(url: &str, key: Option<&str>) -> support::Reply {
+    let auth = key.map(|k| format!("Bearer {k}"));
+    let headers: Vec<(&str, &str)> = auth
+        .as_deref()
+        .map(|a| vec![("authorization", a)])
+        .unwrap_or_default();
+    post_with(&format!("{url}/snowgate/reload"), "", &headers).await
+}
+
+#[tokio::test]
+async fn a_node_added_to_the_file_takes_traffic_after_a_reload_and_a_removed_one_gets_no_new_call()
+{
+    let (_net, nodes) = devnodes(12345, 2, Duration::from_millis(100)).await;
+    let named = nodes_named(&nodes);
+    let path = config_file("reload-add");
+    write(&path, &config_text(&named[..1], NO_CACHE));
+    let gw = gateway_from(&path).await;
+    let url = gw.url();
+    assert_eq!(height(&url).await.status, 200);
+    assert_eq!(gw.pool().status().upstreams.len(), 1);
+
+    // Added: checked once before it is published, so it takes traffic at once.
+    write(&path, &config_text(&named, NO_CACHE));
+    let report = gw.reload().await.expect("the reload is applied");
+    assert!(
+        report
+            .changed
+            .contains(&"upstream added: node-1".to_string()),
+        "{report:?}"
+    );
+    let status = gw.pool().status();
+    assert_eq!(status.upstreams.len(), 2);
+    assert!(status.upstreams[1].takes_traffic, "{status:?}");
+    nodes[1].control().reset_calls();
+    for _ in 0..40 {
+        assert_eq!(height(&url).await.status, 200);
+    }
+    assert!(
+        nodes[1].control().call_count("platform.getHeight") > 0,
+        "the added node never took a call"
+    );
+
+    // Removed: no new call reaches it, it is gone from /ext/health and /metrics.
+    write(&path, &config_text(&named[..1], NO_CACHE));
+    let report = gw.reload().await.unwrap();
+    assert!(
+        report
+            .changed
+            .contains(&"upstream removed: node-1".to_string()),
+        "{report:?}"
+    );
+    nodes[1].control().reset_calls();
+    for _ in 0..40 {
+        assert_eq!(height(&url).await.status, 200);
+    }
+    tokio::time::sleep(Duration::from_millis(3 * HEALTH_INTERVAL_MS)).await;
+    assert_eq!(
+        nodes[1].control().total_calls(),
+        0,
+        "a removed node got calls (or health checks)"
+    );
+    let health = support::client()
+        .get(format!("{url}/ext/health"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!health.contains("node-1"), "{health}");
+    let metrics = support::client()
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let series: Vec<&str> = metrics
+        .lines()
+        .filter(|l| {
+            l.contains("upstream=\"node-1\"") && !l.starts_with("snowgate_upstream_requests_total")
+        })
+        .collect();
+    assert!(
+        series.is_empty(),
+        "a removed node's gauges are still there: {series:?}"
+    );
+    assert!(metrics.contains("snowgate_config_reloads_total{result=\"ok\"} 2"));
+    gw.shutdown().await;
+}
+
+/// A node whose `platform.getTx` answers after `delay`, counting arrivals (health checks and
+/// identity calls answer at once).
+async fn slow_node(delay: Duration) -> (String, Arc<AtomicUsize>) {
+    use http_body_util::{BodyExt, Full};
+    let arrivals = Arc::new(AtomicUsize::new(0));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let counter = arrivals.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let counter = counter.clone();
+                        async move {
+                            let body = req.into_body().collect().await.unwrap().to_bytes();
+                            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                            let id = v["id"].clone();
+                            let result = match v["method"].as_str().unwrap_or_default() {
+                                "info.isBootstrapped" => r#"{"isBootstrapped":true}"#,
+                                "platform.getHeight" => r#"{"height":"100"}"#,
+                                "info.getNetworkID" => r#"{"networkID":"12345"}"#,
+                                "info.getNodeVersion" => r#"{"version":"avalanchego/1.14.2"}"#,
+                                _ => {
+                                    counter.fetch_add(1, Ordering::SeqCst);
+                                    tokio::time::sleep(delay).await;
+                                    r#"{"tx":"0x00","encoding":"hex"}"#
+                                }
+                            };
+                            let text =
+                                format!(r#"{{"jsonrpc":"2.0","result":{result},"id":{id}}}"#);
+                            Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                                bytes::Bytes::from(text),
+                            )))
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    (format!("http://{addr}"), arrivals)
+}
+
+#[tokio::test]
+async fn a_call_in_flight_on_a_removed_node_finishes() {
+    let (_net, nodes) = devnodes(12345, 1, Duration::from_millis(100)).await;
+    let (slow, arrivals) = slow_node(Duration::from_millis(1500)).await;
+    let path = config_file("reload-in-flight");
+    let both = [("node-0", nodes[0].url()), ("slow", slow)];
+    let extra = format!("{NO_LIMITS}\n[cache]\nenabled = false\n");
+    write(&path, &config_text(&both, &extra));
+    let gw = gateway_from(&path).await;
+    let url = gw.url();
+    let tx = "2QouvFWUbjuySRxeX5xMbNCuAaKWfbk5FeEa2JmoF85RKLk2dD";
+    let body = call("platform.getTx", &format!(r#"{{"txID":"{tx}"}}"#));
+    let pinned = {
+        let url = url.clone();
+        let body = body.clone();
+        tokio::spawn(async move {
+            let auth = format!("Bearer {ADMIN_KEY}");
+            post_with(
+                &format!("{url}/ext/bc/P"),
+                &body,
+                &[("authorization", &auth), ("x-snowgate-upstream", "slow")],
+            )
+            .await
+        })
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || arrivals.load(Ordering::SeqCst)
+            == 1)
+        .await,
+        "the pinned call never reached the slow node"
+    );
+    write(&path, &config_text(&both[..1], &extra));
+    let report = gw.reload().await.unwrap();
+    assert!(report
+        .changed
+        .contains(&"upstream removed: slow".to_string()));
+    let r = tokio::time::timeout(Duration::from_secs(10), pinned)
+        .await
+        .expect("the in-flight call never finished")
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["result"]["tx"], "0x00", "{}", r.body);
+    // New calls, pinned or not, never reach it.
+    for _ in 0..10 {
+        let r = post(&format!("{url}/ext/bc/P"), &body).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let auth = format!("Bearer {ADMIN_KEY}");
+    let r = post_with(
+        &format!("{url}/ext/bc/P"),
+        &body,
+        &[("authorization", &auth), ("x-snowgate-upstream", "slow")],
+    )
+    .await;
+    assert!(
+        r.body.contains(r#"unknown upstream \"slow\""#),
+        "a call pinned to a removed node: {}",
+        r.body
+    );
+    assert_eq!(arrivals.load(Ordering::SeqCst), 1);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_broken_file_keeps_the_old_config_serving_and_says_why() {
+    let (_net, nodes) = devnodes(12345, 1, Duration::from_millis(100)).await;
+    let named = nodes_named(&nodes);
+    let path = config_file("reload-broken");
+    write(&path, &config_text(&named, NO_LIMITS));
+    let gw = gateway_from(&path).await;
+    let url = gw.url();
+
+    // Not TOML; then TOML with an invalid value; then a node URL that cannot be used.
+    let broken = [
+        ("[[upstreams]\nname = ".to_string(), "snowgate.toml"),
+        (
+            config_text(
+                &named,
+                &format!("{NO_LIMITS}\n[upstream]\nmax_attempts = 0\n"),
+            ),
+            "upstream.max_attempts",
+        ),
+        (
+            config_text(&[("node-0", "ftp://127.0.0.1:1".to_string())], NO_LIMITS),
+            "upstreams[0].url",
+        ),
+    ];
+    for (text, named_in_error) in &broken {
+        write(&path, text);
+        let e = gw.reload().await.expect_err("a broken file is refused");
+        assert!(e.contains(named_in_error), "{named_in_error}: {e}");
+        let r = height(&url).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    // The admin endpoint answers the reason, 422; a caller without the key gets 401.
+    let r = reload_over_http(&url, Some(ADMIN_KEY)).await;
+    assert_eq!(r.status, 422, "{}", r.body);
+    assert!(r.body.contains("upstreams[0].url"), "{}", r.body);
+    assert!(
+        !r.body.contains("127.0.0.1"),
+        "an address in an answer: {}",
+        r.body
+    );
+    assert_eq!(reload_over_http(&url, None).await.status, 401);
+    assert_eq!(
+        reload_over_http(&url, Some("not-the-key-0123456789"))
+            .await
+            .status,
+        401
+    );
+    assert_eq!(gw.pool().status().upstreams.len(), 1);
+    let metrics = gw.metrics().render();
+    let metrics = String::from_utf8_lossy(&metrics);
+    assert!(
+        metrics.contains("snowgate_config_reloads_total{result=\"error\"} 4"),
+        "{metrics}"
+    );
+
+    // Fixed: applied, and the answer says so; `listen` needs a restart and says that.
+    let fixed = config_text(&named, NO_LIMITS).replace("127.0.0.1:0", "127.0.0.1:1");
+    write(&path, &fixed);
+    let r = reload_over_http(&url, Some(ADMIN_KEY)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["reloaded"], true, "{}", r.body);
+    assert_eq!(r.json()["restartNeeded"][0], "server", "{}", r.body);
+    assert_eq!(height(&url).await.status, 200);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_changed_rate_limit_applies_to_the_next_call() {
+    let (_net, nodes) = devnodes(12345, 1, Duration::from_millis(100)).await;
+    let named = nodes_named(&nodes);
+    let path = config_file("reload-rate");
+    // No cache: a hit costs half a call.
+    let generous =
+        "[cache]\nenabled = false\n[rate_limit]\nrequests_per_second = 1000\nburst = 1000\n";
+    write(&path, &config_text(&named, generous));
+    let gw = gateway_from(&path).await;
+    let url = gw.url();
+    for _ in 0..5 {
+        assert_eq!(height(&url).await.status, 200);
+    }
+    let tight = "[cache]\nenabled = false\n[rate_limit]\nrequests_per_second = 1\nburst = 10\n";
+    write(&path, &config_text(&named, tight));
+    let report = gw.reload().await.unwrap();
+    assert!(
+        report.changed.contains(&"rate_limit".to_string()),
+        "{report:?}"
+    );
+    let statuses: Vec<u16> = {
+        let mut s = Vec::new();
+        for _ in 0..15 {
+            s.push(height(&url).await.status);
+        }
+        s
+    };
+    assert!(
+        statuses.contains(&429),
+        "the new limit did not apply: {statuses:?}"
+    );
+    // An unchanged limit keeps its buckets: a reload is no refill.
+    let report = gw.reload().await.unwrap();
+    assert!(!report.changed.contains(&"rate_limit".to_string()));
+    assert_eq!(height(&url).await.status, 429);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_cache_survives_a_reload_but_not_a_changed_cache_rule() {
+    let (_net, nodes) = devnodes(12345, 1, Duration::from_millis(100)).await;
+    let named = nodes_named(&nodes);
+    let path = config_file("reload-cache");
+    write(&path, &config_text(&named, NO_LIMITS));
+    let gw = gateway_from(&path).await;
+    let url = format!("{}/ext/info", gw.url());
+    let fee = call("info.getTxFee", "{}");
+    let id = call("info.getNetworkID", "{}");
+    for body in [&fee, &id] {
+        post(&url, body).await;
+        assert_eq!(post(&url, body).await.header("x-cache"), Some("HIT"));
+    }
+    // A reload with another cache rule for getTxFee drops its answers only.
+    let rule = format!("{NO_LIMITS}\n[methods.\"info.getTxFee\"]\ncache = \"never\"\n");
+    write(&path, &config_text(&named, &rule));
+    let report = gw.reload().await.unwrap();
+    assert!(
+        report.changed.contains(&"methods".to_string()),
+        "{report:?}"
+    );
+    assert_eq!(post(&url, &id).await.header("x-cache"), Some("HIT"));
+    let before = nodes[0].control().call_count("info.getTxFee");
+    let r = post(&url, &fee).await;
+    assert_eq!(r.status, 200);
+    assert_ne!(r.header("x-cache"), Some("HIT"));
+    assert_eq!(nodes[0].control().call_count("info.getTxFee"), before + 1);
+    gw.shutdown().await;
+}
+
+/// 1,000 calls in flight while the file changes ten times (a node added and removed, limits and
+/// health settings changed): every one answers 200 with its own id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_calls_during_ten_reloads_all_succeed() {
+    let (_net, nodes) = devnodes(12345, 3, Duration::from_millis(100)).await;
+    let named = nodes_named(&nodes);
+    let path = config_file("reload-load");
+    write(&path, &config_text(&named[..2], NO_LIMITS));
+    let gw = gateway_from(&path).await;
+    let url = format!("{}/ext/bc/P", gw.url());
+    let client = support::client();
+    let calls = tokio::spawn({
+        let url = url.clone();
+        async move {
+            let mut tasks = tokio::task::JoinSet::new();
+            for worker in 0..50u64 {
+                let url = url.clone();
+                let client = client.clone();
+                tasks.spawn(async move {
+                    let mut failures = Vec::new();
+                    for i in 0..20u64 {
+                        let id = worker * 1000 + i;
+                        let method = if i % 2 == 0 {
+                            "platform.getHeight"
+                        } else {
+                            "platform.getTimestamp"
+                        };
+                        let body = format!(
+                            r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{{}}}}"#
+                        );
+                        let r = client
+                            .post(&url)
+                            .header("content-type", "application/json")
+                            .body(body)
+                            .send()
+                            .await;
+                        match r {
+                            Ok(r) => {
+                                let status = r.status().as_u16();
+                                let text = r.text().await.unwrap_or_default();
+                                let v: serde_json::Value =
+                                    serde_json::from_str(&text).unwrap_or_default();
+                                if status != 200 || v["id"] != id || v.get("result").is_none() {
+                                    failures.push(format!("{status} {text}"));
+                                }
+                            }
+                            Err(e) => failures.push(e.to_string()),
+                        }
+                    }
+                    failures
+                });
+            }
+            let mut failures = Vec::new();
+            let mut done = 0;
+            while let Some(r) = tasks.join_next().await {
+                failures.extend(r.unwrap());
+                done += 1;
+            }
+            (done * 20, failures)
+        }
+    });
+    for round in 0..10 {
+        let upstreams = if round % 2 == 0 {
+            &named[..]
+        } else {
+            &named[..2]
+        };
+        let limits = format!("body_bytes = {}\n", 1_048_576 + round * 1024);
+        let extra = format!(
+            "{NO_LIMITS}\n[upstream]\nmax_attempts = {}\n",
+            2 + round % 2
+        );
+        write(&path, &config_text_with(upstreams, &limits, &extra));
+        gw.reload().await.expect("every reload applies");
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let (sent, failures) = tokio::time::timeout(Duration::from_secs(60), calls)
+        .await
+        .expect("the calls finished")
+        .unwrap();
+    assert_eq!(sent, 1000);
+    assert!(
+        failures.is_empty(),
+        "{} failed: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+    let metrics = String::from_utf8_lossy(&gw.metrics().render()).to_string();
+    assert!(
+        metrics.contains("snowgate_config_reloads_total{result=\"ok\"} 10"),
+        "{metrics}"
+    );
+    gw.shutdown().await;
+}
+
+/// The real binary: `SIGHUP` re-reads the file (a node added takes traffic within one health
+/// interval of the reload), and `[log] filter` changes what is logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_file_and_its_log_filter() {
+    let (_net, nodes) = devnodes(12345, 2, Duration::from_millis(100)).await;
+    let named = nodes_named(&nodes);
+    let quiet = format!("{NO_CACHE}\n[log]\nfilter = \"warn\"\n");
+    let served = support::binary::Served::start_logging(
+        &config_text(&named[..1], &quiet).replace("[server]\nlisten = \"127.0.0.1:0\"\n", ""),
+        None,
+    );
+    let url = served.url.clone();
+    let r = height(&url).await;
+    assert_eq!(r.status, 200, "{} {}", r.body, served.logs());
+    assert!(!served.logs().contains(" INFO "), "{}", served.logs());
+
+    let loud = format!("{NO_CACHE}\n[log]\nfilter = \"info\"\n");
+    write(&served.config_path(), &config_text(&named, &loud));
+    served.signal("HUP");
+    let health = format!("{url}/ext/health");
+    let mut added = false;
+    for _ in 0..100 {
+        let r = support::client().get(&health).send().await.unwrap();
+        let v: serde_json::Value = r.json().await.unwrap();
+        let node_1 = v["upstreams"]
+            .as_array()
+            .and_then(|a| a.iter().find(|u| u["name"] == "node-1").cloned());
+        if node_1.is_some_and(|u| u["takesTraffic"] == true) {
+            added = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(HEALTH_INTERVAL_MS / 4)).await;
+    }
+    assert!(added, "node-1 never took traffic: {}", served.logs());
+    nodes[1].control().reset_calls();
+    for _ in 0..30 {
+        assert_eq!(height(&url).await.status, 200);
+    }
+    assert!(nodes[1].control().call_count("platform.getHeight") > 0);
+    let logs = served.logs();
+    assert!(logs.contains("config reloaded"), "{logs}");
+    assert!(logs.contains("upstream added: node-1"), "{logs}");
+    assert!(
+        !logs.contains(&nodes[1].url()),
+        "a node address in a reload's log: {logs}"
+    );
+}
