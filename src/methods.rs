@@ -3,13 +3,20 @@
 //! costs against a rate quota, and which param names a block height.
 //!
 //! This is data, not code spread over the layers: the policy, cache and rate-limit layers all read
-//! one [`MethodSpec`]. Operators add methods (e.g. `platform.getAllValidatorsAt`) and change access,
-//! cache class or cost under `[methods."name"]` in the config.
+//! one [`MethodSpec`]. Operators add methods and change access, cache class, cost or the node
+//! releases that serve a method under `[methods."name"]` in the config.
+//!
+//! Each method also carries the avalanchego releases that serve it ([`Served`], the [`VERSIONS`]
+//! table): the pool sends a call only to nodes whose release serves its method.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde::Deserialize;
+
+pub mod version;
+
+pub use version::{BadVersion, Served, Version};
 
 /// Which API a method belongs to, and so which paths serve it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
@@ -19,6 +26,9 @@ pub enum Family {
     Info,
     /// `POST /ext/bc/P` and its four aliases.
     Platform,
+    /// `POST /ext/bc/P/proposervm`: the P-chain's ProposerVM service (avalanchego v1.14.0+).
+    #[serde(rename = "proposervm")]
+    ProposerVm,
 }
 
 impl Family {
@@ -27,6 +37,7 @@ impl Family {
         match service {
             "info" => Some(Family::Info),
             "platform" => Some(Family::Platform),
+            "proposervm" => Some(Family::ProposerVm),
             _ => None,
         }
     }
@@ -36,11 +47,12 @@ impl Family {
         match self {
             Family::Info => "/ext/info",
             Family::Platform => "/ext/bc/P",
+            Family::ProposerVm => PROPOSERVM_PATH,
         }
     }
 }
 
-pub use crate::jsonrpc::http::{INFO_PATH, P_CHAIN_PATHS};
+pub use crate::jsonrpc::http::{INFO_PATH, PROPOSERVM_PATH, P_CHAIN_PATHS};
 
 /// The family served at an HTTP path, if any.
 pub fn family_for_path(path: &str) -> Option<Family> {
@@ -48,6 +60,8 @@ pub fn family_for_path(path: &str) -> Option<Family> {
         Some(Family::Info)
     } else if P_CHAIN_PATHS.contains(&path) {
         Some(Family::Platform)
+    } else if path == PROPOSERVM_PATH {
+        Some(Family::ProposerVm)
     } else {
         None
     }
@@ -112,6 +126,8 @@ pub struct MethodSpec {
     /// Time one attempt on one node may take, instead of `upstream.request_timeout` (still
     /// within `limits.request_deadline`): for methods known to be slow.
     pub timeout: Option<std::time::Duration>,
+    /// The node releases that serve it: a call goes only to a node whose release does.
+    pub served: Served,
     /// Position in the registry (sorted by name): indexes per-method tables such as metrics.
     pub index: usize,
 }
@@ -130,6 +146,27 @@ pub struct MethodOverride {
     /// `upstream.request_timeout`.
     #[serde(default, with = "humantime_serde")]
     pub timeout: Option<std::time::Duration>,
+    /// `since = "1.14.0"`: the first node release that serves the method (`"v1.14.0"` too).
+    pub since: Option<String>,
+    /// `removed_in = "1.15.0"`: the first node release that no longer serves it.
+    pub removed_in: Option<String>,
+}
+
+impl MethodOverride {
+    /// The `since` and `removed_in` settings, each parsed (`None` when not set); the error
+    /// names the field.
+    pub fn versions(&self) -> Result<Served, (&'static str, BadVersion)> {
+        let parse = |field: &'static str, v: &Option<String>| {
+            v.as_deref()
+                .map(str::parse::<Version>)
+                .transpose()
+                .map_err(|e| (field, e))
+        };
+        Ok(Served {
+            since: parse("since", &self.since)?,
+            removed_in: parse("removed_in", &self.removed_in)?,
+        })
+    }
 }
 
 /// Methods whose params carry secrets: never public, never logged.
@@ -178,6 +215,13 @@ const BUILTIN: &[Row] = &[
     ("platform.getHeight", Public, Head, 1, None),
     ("platform.getL1Validator", Public, Head, 1, None),
     ("platform.getProposedHeight", Public, Volatile, 1, None),
+    (
+        "platform.getAllValidatorsAt",
+        Public,
+        Immutable,
+        10,
+        Some("height"),
+    ),
     ("platform.getMaxStakeAmount", Public, Head, 2, None),
     ("platform.getMinStake", Public, Head, 1, None),
     ("platform.getPendingValidators", Public, Head, 5, None),
@@ -204,7 +248,47 @@ const BUILTIN: &[Row] = &[
     ("platform.sampleValidators", Public, Never, 2, None),
     ("platform.validatedBy", Public, Immutable, 1, None),
     ("platform.validates", Public, Head, 1, None),
+    ("proposervm.getCurrentEpoch", Public, Volatile, 1, None),
+    ("proposervm.getProposedHeight", Public, Volatile, 1, None),
 ];
+
+const V1_11_0: Option<Version> = Some(Version::new(1, 11, 0));
+const V1_11_3: Option<Version> = Some(Version::new(1, 11, 3));
+const V1_11_11: Option<Version> = Some(Version::new(1, 11, 11));
+const V1_11_13: Option<Version> = Some(Version::new(1, 11, 13));
+const V1_12_2: Option<Version> = Some(Version::new(1, 12, 2));
+const V1_14_0: Option<Version> = Some(Version::new(1, 14, 0));
+
+/// The methods some node releases do not serve: (name, since, removed in). Every other built-in
+/// method is served by every release. From avalanchego's release notes (reference §5, "Version
+/// history" and "Other version markers").
+pub const VERSIONS: &[(&str, Option<Version>, Option<Version>)] = &[
+    ("info.upgrades", V1_11_11, None),
+    // The keystore API was removed in v1.12.2.
+    ("platform.exportKey", None, V1_12_2),
+    ("platform.listAddresses", None, V1_12_2),
+    ("platform.getAllValidatorsAt", V1_14_0, None),
+    ("platform.getFeeConfig", V1_11_11, None),
+    ("platform.getFeeState", V1_11_11, None),
+    ("platform.getL1Validator", V1_11_13, None),
+    // Removed with ACP-41 (no more pending stakers).
+    ("platform.getMaxStakeAmount", None, V1_11_3),
+    ("platform.getPendingValidators", None, V1_11_3),
+    ("platform.getProposedHeight", V1_11_13, None),
+    ("platform.getSubnet", V1_11_0, None),
+    ("platform.getValidatorFeeConfig", V1_12_2, None),
+    ("platform.getValidatorFeeState", V1_12_2, None),
+    ("proposervm.getCurrentEpoch", V1_14_0, None),
+    ("proposervm.getProposedHeight", V1_14_0, None),
+];
+
+/// The releases that serve a built-in method.
+fn builtin_served(name: &str) -> Served {
+    VERSIONS.iter().find(|(n, _, _)| *n == name).map_or(
+        Served::ALWAYS,
+        |&(_, since, removed_in)| Served { since, removed_in },
+    )
+}
 
 /// The registry: method name -> spec. Cheap to clone (shared).
 #[derive(Debug, Clone)]
@@ -236,6 +320,7 @@ impl Registry {
                         height_param: height.map(str::to_string),
                         side_effect: name == "platform.issueTx",
                         timeout: None,
+                        served: builtin_served(name),
                         index: 0,
                     },
                 ))
@@ -291,8 +376,11 @@ impl Registry {
                 height_param: None,
                 side_effect: false,
                 timeout: None,
+                served: Served::ALWAYS,
                 index: 0,
             });
+            // A bad version is refused by validation; here it leaves the release unchanged.
+            let set = o.versions().unwrap_or_default();
             let spec = MethodSpec {
                 family,
                 access: o.access.unwrap_or(base.access),
@@ -301,6 +389,10 @@ impl Registry {
                 height_param: o.height_param.clone().or(base.height_param),
                 side_effect: o.side_effect.unwrap_or(base.side_effect),
                 timeout: o.timeout.or(base.timeout),
+                served: Served {
+                    since: set.since.or(base.served.since),
+                    removed_in: set.removed_in.or(base.served.removed_in),
+                },
                 name: name.clone(),
                 index: 0,
             };
@@ -330,7 +422,7 @@ mod tests {
     fn every_spec_method_is_registered_once() {
         let r = Registry::builtin();
         assert_eq!(r.all().len(), BUILTIN.len());
-        assert_eq!(r.all().len(), 13 + 34);
+        assert_eq!(r.all().len(), 13 + 35 + 2);
         for name in ["info.getNodeID", "info.getNodeIP", "info.getVMs"] {
             assert_eq!(r.get(name).unwrap().access, Access::NodeSpecific);
         }
@@ -345,6 +437,83 @@ mod tests {
             Some("height")
         );
         assert!(r.get("platform.issueTx").unwrap().side_effect);
+        let all = r.get("platform.getAllValidatorsAt").unwrap();
+        assert_eq!(all.height_param.as_deref(), Some("height"));
+        assert_eq!(
+            (all.access, all.cache),
+            (Access::Public, CacheClass::Immutable)
+        );
+        for name in ["proposervm.getProposedHeight", "proposervm.getCurrentEpoch"] {
+            let m = r.get(name).unwrap();
+            assert_eq!(m.family, Family::ProposerVm, "{name}");
+            assert_eq!((m.access, m.cache), (Access::Public, CacheClass::Volatile));
+        }
+    }
+
+    #[test]
+    fn methods_carry_the_releases_that_serve_them() {
+        let r = Registry::builtin();
+        let served = |name: &str| r.get(name).unwrap().served;
+        let v = |s: &str| Some(s.parse::<Version>().unwrap());
+        assert_eq!(served("platform.getAllValidatorsAt").since, v("1.14.0"));
+        assert_eq!(served("proposervm.getCurrentEpoch").since, v("1.14.0"));
+        assert_eq!(served("proposervm.getProposedHeight").since, v("1.14.0"));
+        for keystore in ["platform.exportKey", "platform.listAddresses"] {
+            assert_eq!(served(keystore).removed_in, v("1.12.2"), "{keystore}");
+        }
+        for gone in [
+            "platform.getPendingValidators",
+            "platform.getMaxStakeAmount",
+        ] {
+            assert_eq!(served(gone).removed_in, v("1.11.3"), "{gone}");
+        }
+        assert_eq!(served("platform.getHeight"), Served::ALWAYS);
+        // Every keystore method of the table is marked gone, and every row names a method.
+        for m in r.all() {
+            if m.access == Access::Keystore {
+                assert!(m.served.removed_in.is_some(), "{}", m.name);
+            }
+        }
+        for (name, _, _) in VERSIONS {
+            assert!(r.get(name).is_some(), "{name}");
+        }
+        let mid = v("1.13.0");
+        assert!(!served("platform.getAllValidatorsAt").serves(mid));
+        assert!(served("platform.getAllValidatorsAt").serves(v("1.14.2")));
+        assert!(!served("platform.exportKey").serves(mid));
+    }
+
+    #[test]
+    fn overrides_change_the_releases() {
+        let mut o = std::collections::BTreeMap::new();
+        o.insert(
+            "platform.getAllValidatorsAt".to_string(),
+            MethodOverride {
+                since: Some("v1.15.0".into()),
+                ..Default::default()
+            },
+        );
+        o.insert(
+            "platform.getHeight".to_string(),
+            MethodOverride {
+                removed_in: Some("avalanchego/2.0.0".into()),
+                ..Default::default()
+            },
+        );
+        let r = Registry::with_overrides(&o);
+        let all = r.get("platform.getAllValidatorsAt").unwrap().served;
+        assert_eq!(all.since, Some(Version::new(1, 15, 0)));
+        assert_eq!(all.removed_in, None);
+        let height = r.get("platform.getHeight").unwrap().served;
+        assert_eq!(height.removed_in, Some(Version::new(2, 0, 0)));
+        let bad = MethodOverride {
+            removed_in: Some("soon".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            bad.versions().map_err(|(field, _)| field),
+            Err("removed_in")
+        );
     }
 
     #[test]
@@ -387,6 +556,12 @@ mod tests {
             assert_eq!(family_for_path(p), Some(Family::Platform));
         }
         assert_eq!(family_for_path("/ext/info"), Some(Family::Info));
+        assert_eq!(
+            family_for_path("/ext/bc/P/proposervm"),
+            Some(Family::ProposerVm)
+        );
+        assert_eq!(family_for_path("/ext/P/proposervm"), None);
+        assert_eq!(Family::for_service("proposervm"), Some(Family::ProposerVm));
         assert_eq!(family_for_path("/ext/bc/P/"), None);
         assert_eq!(family_for_path("/ext/bc/X"), None);
     }

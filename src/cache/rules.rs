@@ -1,5 +1,7 @@
 //! When an answer may be kept, and for how long: the cache classes of the method registry plus
-//! the conditions some immutable methods put on the answer itself. Pure functions over the call
+//! the conditions some immutable methods put on the answer itself (and on the call: an immutable
+//! method with a height param, `getValidatorsAt` or `getAllValidatorsAt`, is final only for a
+//! numeric height, never for `"proposed"`). Pure functions over the call
 //! and the answer, so the rules are tested without a runtime.
 
 use std::time::Duration;
@@ -188,6 +190,29 @@ mod tests {
             "platform.getValidatorsAt",
             r#"{"height":"proposed"}"#
         )));
+    }
+
+    #[test]
+    fn all_validators_at_only_for_a_numeric_height_and_then_for_good() {
+        let numeric = call("platform.getAllValidatorsAt", r#"{"height":5}"#);
+        assert!(cacheable_request(&numeric));
+        assert!(cacheable_request(&call(
+            "platform.getAllValidatorsAt",
+            r#"{"height":"5"}"#
+        )));
+        assert!(!cacheable_request(&call(
+            "platform.getAllValidatorsAt",
+            r#"{"height":"proposed"}"#
+        )));
+        assert_eq!(
+            lifetime(&numeric, AnswerKind::Result, br#"{"validatorSets":{}}"#, &T),
+            Some(None)
+        );
+        let epoch = call("proposervm.getCurrentEpoch", "{}");
+        assert_eq!(
+            lifetime(&epoch, AnswerKind::Result, br#"{"number":"1"}"#, &T),
+            Some(Some(T.volatile))
+        );
     }
 
     #[test]

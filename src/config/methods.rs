@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use super::{invalid, ConfigError};
 use crate::methods::{is_secret, Access, CacheClass, Family, MethodOverride, Registry};
 
-/// Checks every override: a method name a node serves, a family matching its service, and no
-/// override that would make a keystore method public or a node's or keystore's answer cacheable.
+/// Checks every override: a method name a node serves, a family matching its service, node
+/// releases written as versions with `since` before `removed_in`, and no override that would
+/// make a keystore method public or a node's or keystore's answer cacheable.
 pub fn validate(methods: &BTreeMap<String, MethodOverride>) -> Result<(), ConfigError> {
     let builtin = Registry::builtin();
     let effective = Registry::with_overrides(methods);
@@ -36,6 +37,20 @@ pub fn validate(methods: &BTreeMap<String, MethodOverride>) -> Result<(), Config
                 "keystore methods carry passwords and cannot be public",
             );
         }
+        if let Err((field, e)) = o.versions() {
+            return invalid(format!("{key}.{field}"), e.to_string());
+        }
+        if effective.get(name).is_some_and(|m| !m.served.possible()) {
+            let field = if o.removed_in.is_some() {
+                "removed_in"
+            } else {
+                "since"
+            };
+            return invalid(
+                format!("{key}.{field}"),
+                "no node release would serve the method: since must be before removed_in",
+            );
+        }
         if o.timeout.is_some_and(|t| t.is_zero()) {
             return invalid(format!("{key}.timeout"), "must be greater than zero");
         }
@@ -57,4 +72,55 @@ pub fn validate(methods: &BTreeMap<String, MethodOverride>) -> Result<(), Config
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(name: &str, o: MethodOverride) -> String {
+        let mut m = BTreeMap::new();
+        m.insert(name.to_string(), o);
+        match validate(&m) {
+            Err(ConfigError::Invalid { key, message, .. }) => format!("{key}: {message}"),
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn releases_must_be_versions_and_leave_some_release_serving() {
+        let e = refused(
+            "platform.getAllValidatorsAt",
+            MethodOverride {
+                since: Some("fourteen".into()),
+                ..Default::default()
+            },
+        );
+        assert!(
+            e.starts_with("methods.\"platform.getAllValidatorsAt\".since: "),
+            "{e}"
+        );
+        // The built-in removal (v1.11.3) comes before an override's `since`.
+        let e = refused(
+            "platform.getPendingValidators",
+            MethodOverride {
+                since: Some("1.12.0".into()),
+                ..Default::default()
+            },
+        );
+        assert!(
+            e.starts_with("methods.\"platform.getPendingValidators\".since: "),
+            "{e}"
+        );
+        let mut ok = BTreeMap::new();
+        ok.insert(
+            "proposervm.getCurrentEpoch".to_string(),
+            MethodOverride {
+                since: Some("v1.14.0".into()),
+                removed_in: Some("1.15.0".into()),
+                ..Default::default()
+            },
+        );
+        assert!(validate(&ok).is_ok());
+    }
 }

@@ -1,6 +1,6 @@
 //! Routing: which path is what, the node's HTTP-level refusals, and the request body.
 //!
-//! * `POST /ext/info` and the five P-chain paths: JSON-RPC. Any other method gets the node's 405,
+//! * `POST /ext/info`, the five P-chain paths and the P-chain's ProposerVM path: JSON-RPC. Any other method gets the node's 405,
 //!   a content type other than `application/json` its 415 (both as a node words them); then the
 //!   body is read within its limits ([`super::request_body`]) and handed, with who is calling, to
 //!   the layer below as an [`RpcRequest`]. Only what is parsed there is forwarded: the client's
@@ -32,7 +32,7 @@ use super::{ConnInfo, HttpResponse, X_REQUEST_ID};
 use crate::call::{Caller, ClientId};
 use crate::config::LimitsConfig;
 use crate::error::{Counted, ProxyError};
-use crate::jsonrpc::http::{media_type, INFO_PATH, P_CHAIN_PATHS};
+use crate::jsonrpc::http::{media_type, INFO_PATH, PROPOSERVM_PATH, P_CHAIN_PATHS};
 use crate::methods::Family;
 use crate::ratelimit::{Admission, Limiter};
 
@@ -54,6 +54,9 @@ pub struct RpcRequest {
 pub fn rpc_path(path: &str) -> Option<(Family, &'static str)> {
     if path == INFO_PATH {
         return Some((Family::Info, INFO_PATH));
+    }
+    if path == PROPOSERVM_PATH {
+        return Some((Family::ProposerVm, PROPOSERVM_PATH));
     }
     let known = P_CHAIN_PATHS.iter().find(|p| **p == path)?;
     Some((Family::Platform, known))
@@ -414,6 +417,10 @@ mod tests {
                 .0,
             200
         );
+        assert_eq!(
+            send(&router, request(Method::POST, PROPOSERVM_PATH, json, "{}")).await,
+            (200, "ok".into())
+        );
         let cases = [
             (
                 request(Method::POST, "/ext/bc/X", json, "{}"),
@@ -424,6 +431,21 @@ mod tests {
                 request(Method::POST, "/ext/bc/P/", json, "{}"),
                 404,
                 "404 page not found\n",
+            ),
+            (
+                request(Method::POST, "/ext/bc/P/proposervm/", json, "{}"),
+                404,
+                "404 page not found\n",
+            ),
+            (
+                request(Method::POST, "/ext/P/proposervm", json, "{}"),
+                404,
+                "404 page not found\n",
+            ),
+            (
+                request(Method::GET, PROPOSERVM_PATH, json, "{}"),
+                405,
+                "rpc: POST method required, received GET",
             ),
             (
                 request(Method::GET, "/ext/bc/P", json, "{}"),
@@ -466,6 +488,7 @@ mod tests {
             .map(|p| (Family::Platform, *p))
             .collect();
         expected.push((Family::Info, INFO_PATH));
+        expected.push((Family::ProposerVm, PROPOSERVM_PATH));
         assert_eq!(paths, expected);
         assert_eq!(seen[5].2, Bytes::from_static(b"[1]"));
     }

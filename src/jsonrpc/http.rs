@@ -30,6 +30,11 @@ pub const P_CHAIN_PATHS: [&str; 5] = [
     "/ext/bc/11111111111111111111111111111111LpoYY",
 ];
 
+/// The P-chain's ProposerVM service (avalanchego v1.14.0+): the chain's documented route plus
+/// `/proposervm`. Only this path: whether a node's other P-chain aliases reach the service too is
+/// not documented.
+pub const PROPOSERVM_PATH: &str = "/ext/bc/P/proposervm";
+
 /// gorilla/mux's answer to an unknown path (`text/plain`, 404).
 pub const NOT_FOUND_TEXT: &str = "404 page not found\n";
 

@@ -83,8 +83,9 @@ pub(crate) struct Upstream {
     /// The configured name.
     pub(crate) name: Arc<str>,
     connections: conn::Connections,
-    /// The info and P-chain API paths on this upstream (a provider's prefix or own paths).
-    paths: (Box<str>, Box<str>),
+    /// The info, P-chain and P-chain ProposerVM API paths on this upstream (a provider's prefix
+    /// or own paths; the ProposerVM service is the P-chain's path plus `/proposervm`).
+    paths: (Box<str>, Box<str>, Box<str>),
     /// `role = "fallback"`.
     pub(crate) fallback: bool,
     /// `weight`.
@@ -167,10 +168,11 @@ impl Upstream {
         )?
         .with_headers(config.host_header.as_deref(), &headers);
         let (info, platform) = config.api_paths(&base);
+        let proposervm = format!("{platform}/proposervm");
         Ok(Upstream {
             name: config.name.as_str().into(),
             connections,
-            paths: (info.into(), platform.into()),
+            paths: (info.into(), platform.into(), proposervm.into()),
             fallback: config.role == crate::config::Role::Fallback,
             weight: config.weight.max(1),
             state: Mutex::new(HealthState::default()),
@@ -216,6 +218,7 @@ impl Upstream {
         match family {
             crate::methods::Family::Info => &self.paths.0,
             crate::methods::Family::Platform => &self.paths.1,
+            crate::methods::Family::ProposerVm => &self.paths.2,
         }
     }
 

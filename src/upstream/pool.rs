@@ -1,6 +1,7 @@
 //! The pool: picking a node for a call, taking one of its concurrency slots (queueing at the pool
 //! when every usable node is full), sending with retries and failover within one deadline, and
-//! calls pinned to one node by `X-Snowgate-Upstream`.
+//! calls pinned to one node by `X-Snowgate-Upstream`. A call whose method no node that is up
+//! serves (by release: [`select::unserved`]) is answered here as such a node answers it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -12,9 +13,10 @@ use super::answer;
 use super::health::{self, Fault, HealthState, Heights};
 use super::node::{answer_from, upstream_id, AttemptError, Upstream};
 use super::select::{self, Choice, NodeView};
-use crate::call::{Answer, AnswerKind, RpcCall};
+use crate::call::{Answer, AnswerKind, CacheStatus, RpcCall};
 use crate::config::{ForwardConfig, HealthConfig, LimitsConfig, UpstreamConfig};
 use crate::error::ProxyError;
+use crate::methods::{MethodSpec, Version};
 use crate::metrics::Metrics;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
@@ -197,9 +199,11 @@ impl Pool {
         health::eligible(state, &self.heights())
     }
 
-    /// What the pool knows of each node now, for [`select::choose`]: one lock of each node's
-    /// health record, one vector.
-    fn views(members: &Members, tried: &[usize]) -> Vec<NodeView> {
+    /// What the pool knows of each node now, for [`select::choose`] of a call of `spec`: one
+    /// lock of each node's health record (and, for a method some release does not serve, of its
+    /// identity), one vector.
+    fn views(members: &Members, tried: &[usize], spec: &MethodSpec) -> Vec<NodeView> {
+        let versioned = spec.served.is_versioned();
         members
             .upstreams
             .iter()
@@ -209,6 +213,16 @@ impl Pool {
                     let s = u.state.lock();
                     (s.healthy && !s.network_mismatch, s.height)
                 };
+                // A version that is not a release number is as good as unknown: serving.
+                let serves = !versioned || {
+                    let version = u
+                        .identity
+                        .lock()
+                        .version
+                        .as_deref()
+                        .map(str::parse::<Version>);
+                    spec.served.serves(version.and_then(Result::ok))
+                };
                 NodeView {
                     healthy,
                     height,
@@ -216,6 +230,7 @@ impl Pool {
                     tried: tried.contains(&i),
                     fallback: u.fallback,
                     weight: u.weight,
+                    serves,
                 }
             })
             .collect()
@@ -320,8 +335,12 @@ impl Pool {
                 // The last attempt ran into the deadline: its error stands.
                 break;
             }
-            let (index, slot) = match self.take_slot(members, min_height, &tried, deadline).await {
+            let taken = self.take_slot(members, &call.spec, min_height, &tried, deadline);
+            let (index, slot) = match taken.await {
                 Ok(Some(taken)) => taken,
+                Ok(None) if tried.is_empty() && self.unserved(members, &call.spec) => {
+                    return Ok(not_served(&call.spec));
+                }
                 Ok(None) => break,
                 Err(overloaded) => {
                     last_error = Some(overloaded);
@@ -390,6 +409,7 @@ impl Pool {
     async fn take_slot<'a>(
         &'a self,
         members: &'a Members,
+        spec: &MethodSpec,
         min_height: Option<u64>,
         tried: &[usize],
         deadline: Instant,
@@ -404,7 +424,7 @@ impl Pool {
                 freed.as_mut().enable();
             }
             let choice = select::choose(
-                &Self::views(members, tried),
+                &Self::views(members, tried, spec),
                 &self.heights(),
                 min_height,
                 |i| members.upstreams[i].load(),
@@ -442,6 +462,12 @@ impl Pool {
         }
     }
 
+    /// Whether no node that is up serves `spec`'s method by its release, while some node is up.
+    fn unserved(&self, members: &Members, spec: &MethodSpec) -> bool {
+        spec.served.is_versioned()
+            && select::unserved(&Self::views(members, &[], spec), &self.heights())
+    }
+
     /// A "not found" for a height the pool has already reached means this node is behind: ask
     /// another one.
     fn should_retry_not_found(
@@ -457,6 +483,31 @@ impl Pool {
         answer::error_message(&answer.payload)
             .is_some_and(|m| m.contains("not found") || m.contains("unfinalized height"))
             && call.caller.pin.is_none()
+    }
+}
+
+/// What a node answers for a method its release does not serve (reference §1.5: -32000, `rpc:
+/// can't find method "platform.GetAllValidatorsAt"`, `data` null), made here when every node up
+/// would answer it: the client sees what a node of the pool says, without a node call. An
+/// error answer, so never cached.
+fn not_served(spec: &MethodSpec) -> Answer {
+    let service = spec.name.split('.').next().unwrap_or_default();
+    let message = match crate::jsonrpc::names::resolve(&spec.name, service, |_| false) {
+        Err(e) => e.0,
+        // Not reached: nothing is found when nothing is there.
+        Ok(_) => format!("rpc: can't find method {:?}", spec.name),
+    };
+    let mut payload = String::with_capacity(message.len() + 48);
+    payload.push_str("{\"code\":-32000,\"message\":");
+    crate::jsonrpc::gojson::write_go_string(&mut payload, &message);
+    payload.push_str(",\"data\":null}");
+    tracing::debug!(method = %spec.name, "no node up serves the method: answered as a node would");
+    Answer {
+        kind: AnswerKind::Error,
+        payload: Bytes::from(payload),
+        upstream: None,
+        upstream_height: None,
+        cache: CacheStatus::Bypass,
     }
 }
 

@@ -4,7 +4,11 @@
 //!
 //! A node may take a call when it is healthy, its height is admitted (within `max_lag_blocks` of
 //! the quorum height, not implausibly ahead: [`Heights::admits`], the rule of
-//! [`health::eligible`](super::health::eligible)) and it has not been tried for this call. Among
+//! [`health::eligible`](super::health::eligible)), its avalanchego release serves the call's
+//! method (a rolling upgrade mixes releases that add and remove methods; a node whose release is
+//! not known yet counts as serving) and it has not been tried for this call. When some node is
+//! up but none of those up serves the method ([`unserved`]), the pool answers the node's own
+//! "can't find method" without a node call. Among
 //! those, it must have a free concurrency slot: when none has, the call waits for one. Among those
 //! with a slot, it must have reached the height the call needs, while at least one of them has;
 //! otherwise a node without the height takes the call, and its "not found" sends the call on to
@@ -14,8 +18,11 @@
 //! wake-up of a waiter that could use it. Among the nodes that qualify, [`balance::pick_p2c`]
 //! picks by load divided by the node's `weight`. A `role = "fallback"` node is usable only while
 //! no primary is (healthy, admitted and untried): a busy primary is waited for, a failed one sends
-//! the retry to another primary first, then to a fallback. Calls pinned to one node by `X-Snowgate-Upstream` skip this choice: the admin
-//! named the node, healthy or not, and the call waits for that node's own slot.
+//! the retry to another primary first, then to a fallback (a primary that does not serve the method
+//! is not usable for it: a fallback that does takes it). Calls pinned to one node by
+//! `X-Snowgate-Upstream` skip this choice: the admin named the node, healthy or not, whatever its
+//! release, and the call waits for that node's own slot (a node that does not serve the method
+//! answers so itself).
 
 use rand::Rng;
 
@@ -37,6 +44,8 @@ pub(crate) struct NodeView {
     pub(crate) fallback: bool,
     /// `weight`: its load is divided by this when two nodes are compared.
     pub(crate) weight: u32,
+    /// Its release serves the call's method (or its release is not known yet).
+    pub(crate) serves: bool,
 }
 
 /// The outcome of a choice.
@@ -61,7 +70,7 @@ pub(crate) fn choose(
     load: impl Fn(usize) -> f64,
     rng: &mut impl Rng,
 ) -> Choice {
-    let usable_node = |n: &NodeView| !n.tried && n.healthy && heights.admits(n.height);
+    let usable_node = |n: &NodeView| !n.tried && n.serves && n.healthy && heights.admits(n.height);
     // Fallbacks only while no primary is usable (a busy primary is waited for, not spilled over).
     let primaries = nodes.iter().any(|n| !n.fallback && usable_node(n));
     let usable = |n: &NodeView| usable_node(n) && n.fallback != primaries;
@@ -91,6 +100,15 @@ pub(crate) fn choose(
     }
 }
 
+/// Whether no node that is up (healthy and admitted, tried or not, busy or not) serves the
+/// call's method while some node is up: then every node that could answer would answer "can't
+/// find method", and the pool answers it without asking one. With no node up at all, the call
+/// fails as any other would.
+pub(crate) fn unserved(nodes: &[NodeView], heights: &Heights) -> bool {
+    let up = |n: &NodeView| n.healthy && heights.admits(n.height);
+    nodes.iter().any(up) && !nodes.iter().any(|n| up(n) && n.serves)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,6 +123,7 @@ mod tests {
             tried: false,
             fallback: false,
             weight: 1,
+            serves: true,
         }
     }
 
@@ -160,6 +179,49 @@ mod tests {
             fallback,
         ];
         assert_eq!(choose_seeded(&tried, &HEIGHTS, None), Choice::Node(1));
+    }
+
+    #[test]
+    fn only_a_node_whose_release_serves_the_method_is_chosen() {
+        let old = NodeView {
+            serves: false,
+            ..node(true, 100, true)
+        };
+        let nodes = [old, node(true, 100, true), old];
+        for _ in 0..20 {
+            assert_eq!(choose_seeded(&nodes, &HEIGHTS, None), Choice::Node(1));
+        }
+        assert!(!unserved(&nodes, &HEIGHTS));
+        // The one that serves is busy: wait for it rather than ask one that does not serve.
+        let busy = [old, node(true, 100, false)];
+        assert_eq!(choose_seeded(&busy, &HEIGHTS, None), Choice::Full);
+        assert!(!unserved(&busy, &HEIGHTS));
+        // None serves: no node, and the pool answers for them.
+        assert_eq!(choose_seeded(&[old, old], &HEIGHTS, None), Choice::NoNode);
+        assert!(unserved(&[old, old], &HEIGHTS));
+        // The one that serves is down (or lagging): the nodes up do not serve.
+        let down = [old, node(false, 100, true)];
+        assert!(unserved(&down, &HEIGHTS));
+        assert!(unserved(&[old, node(true, 10, true)], &HEIGHTS));
+        // Nobody up: not an unserved method but no node.
+        let all_down = [
+            NodeView {
+                healthy: false,
+                ..old
+            },
+            node(false, 100, true),
+        ];
+        assert!(!unserved(&all_down, &HEIGHTS));
+        assert!(!unserved(&[], &HEIGHTS));
+        // A fallback that serves takes the call when no primary serves it.
+        let fallback = NodeView {
+            fallback: true,
+            ..node(true, 100, true)
+        };
+        assert_eq!(
+            choose_seeded(&[old, fallback], &HEIGHTS, None),
+            Choice::Node(1)
+        );
     }
 
     #[test]
@@ -230,17 +292,19 @@ mod tests {
             proptest::bool::weighted(0.2),
             proptest::bool::weighted(0.3),
             1u32..4,
+            proptest::bool::weighted(0.8),
         )
-            .prop_map(
-                |(healthy, height, room, tried, fallback, weight)| NodeView {
+            .prop_map(|(healthy, height, room, tried, fallback, weight, serves)| {
+                NodeView {
                     healthy,
                     height,
                     room,
                     tried,
                     fallback,
                     weight,
-                },
-            )
+                    serves,
+                }
+            })
     }
 
     proptest! {
@@ -259,7 +323,8 @@ mod tests {
             let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
             let choice = choose(&nodes, &heights, min_height, |i| loads[i], &mut rng);
 
-            let usable_node = |n: &NodeView| !n.tried && n.healthy && heights.admits(n.height);
+            let usable_node =
+                |n: &NodeView| !n.tried && n.serves && n.healthy && heights.admits(n.height);
             // A fallback only while no primary is usable.
             let primaries = nodes.iter().any(|n| !n.fallback && usable_node(n));
             let usable = |n: &NodeView| usable_node(n) && n.fallback != primaries;
@@ -273,6 +338,7 @@ mod tests {
                 Choice::Node(i) => {
                     let n = &nodes[i];
                     prop_assert!(n.healthy, "unhealthy");
+                    prop_assert!(n.serves, "a node whose release does not serve the method");
                     prop_assert!(!n.tried, "tried");
                     prop_assert!(!(n.fallback && primaries), "a fallback while a primary was usable");
                     prop_assert!(n.room, "full");
@@ -289,6 +355,17 @@ mod tests {
                     prop_assert!(!nodes.iter().any(qualifies), "a node qualified");
                 }
                 Choice::NoNode => prop_assert!(!nodes.iter().any(usable)),
+            }
+            // The pool answers "can't find method" itself only when some node is up and every
+            // node up does not serve the method; then no node may be chosen.
+            let up = |n: &NodeView| n.healthy && heights.admits(n.height);
+            let unserved_now = unserved(&nodes, &heights);
+            prop_assert_eq!(
+                unserved_now,
+                nodes.iter().any(up) && nodes.iter().filter(|n| up(n)).all(|n| !n.serves)
+            );
+            if unserved_now {
+                prop_assert_eq!(choice, Choice::NoNode);
             }
         }
     }
