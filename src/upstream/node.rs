@@ -154,12 +154,30 @@ impl Upstream {
             value.set_sensitive(true);
             headers.push((http::header::AUTHORIZATION, value));
         }
-        let connections = conn::Connections::new(
-            &base.authority,
-            forward.connect_timeout,
-            forward.pool_max_idle,
-            Duration::from_secs(60),
-        )?
+        let idle_timeout = Duration::from_secs(60);
+        let connections = if base.tls {
+            // The TLS config is made here, once per upstream, never per connection.
+            let extra_roots = match &config.tls_ca_file {
+                Some(path) => crate::config::upstream::read_ca_file(path)
+                    .map_err(|e| format!("upstream {}: tls_ca_file: {e}", config.name))?,
+                None => Vec::new(),
+            };
+            let tls = conn::TlsClient::new(&config.name, base.authority.host(), extra_roots)?;
+            conn::Connections::https(
+                &base.authority,
+                tls,
+                forward.connect_timeout,
+                forward.pool_max_idle,
+                idle_timeout,
+            )?
+        } else {
+            conn::Connections::new(
+                &base.authority,
+                forward.connect_timeout,
+                forward.pool_max_idle,
+                idle_timeout,
+            )?
+        }
         .with_headers(config.host_header.as_deref(), &headers);
         let (info, platform) = config.api_paths(&base);
         Ok(Upstream {
