@@ -658,3 +658,76 @@ fn tls_ca_file_is_checked_with_the_config() {
         assert_eq!(err.key(), Some("upstreams[0].tls_ca_file"), "{url}: {err}");
     }
 }
+
+/// The client alone: `Connections::https` to `addr`, trusting `ca`.
+fn https_connections(addr: std::net::SocketAddr, ca: &Ca) -> snowgate::upstream::conn::Connections {
+    use snowgate::upstream::conn::{Connections, TlsClient};
+    let authority: http::uri::Authority = addr.to_string().parse().unwrap();
+    let ca = CertificateDer::from_pem_slice(ca.pem().as_bytes()).unwrap();
+    let tls = TlsClient::new("direct", authority.host(), vec![ca]).unwrap();
+    Connections::https(
+        &authority,
+        tls,
+        Duration::from_secs(1),
+        4,
+        Duration::from_secs(60),
+    )
+    .unwrap()
+}
+
+/// A refused certificate is a connect error (the request never left, so even a side-effecting
+/// call may go to another node), and a node that takes the TCP connection but never speaks TLS
+/// costs at most the connect timeout, not the request's whole deadline.
+#[tokio::test]
+async fn a_failed_handshake_is_a_connect_error_within_the_connect_timeout() {
+    use snowgate::upstream::conn::SendError;
+    use snowgate::upstream::Fault;
+    let ca = Ca::new();
+    let other = Ca::new();
+    let node = tls_node(&other.leaf(&["127.0.0.1"], false), Quirk::None).await;
+    let connections = https_connections(node.addr, &ca);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let body = call("platform.issueTx", r#"{"tx":"0x00"}"#);
+    let err = connections
+        .post("/ext/bc/P", body.as_bytes(), 1 << 20, deadline)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, SendError::Connect(Fault::ConnectFailed, d) if d.contains("invalid peer certificate")),
+        "{err:?}"
+    );
+    assert!(node.seen.lock().unwrap().is_empty());
+    // Silent after the TCP handshake.
+    let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = silent.local_addr().unwrap();
+    let held = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((tcp, _)) = silent.accept().await {
+            held.push(tcp);
+        }
+    });
+    let connections = https_connections(addr, &ca);
+    let started = std::time::Instant::now();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let err = connections
+        .post("/ext/bc/P", body.as_bytes(), 1 << 20, deadline)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, SendError::Connect(Fault::ConnectTimeout, _)),
+        "{err:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    // The request's own deadline, when it comes first.
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(200);
+    let err = connections
+        .post("/ext/bc/P", body.as_bytes(), 1 << 20, deadline)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SendError::Timeout), "{err:?}");
+    held.abort();
+}
