@@ -546,7 +546,7 @@ async fn kept_alive_tls_connections_are_reused_although_the_node_sends_records_b
             "{i}: {answer}"
         );
         // Idle long enough for the node's KeyUpdate to arrive before the next call.
-        tokio::time::sleep(Duration::from_millis(60)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(
         node.key_updates.load(Ordering::SeqCst) >= updates + 10,
@@ -576,7 +576,7 @@ async fn an_unsolicited_answer_over_tls_is_never_read_as_the_next_one() {
         assert_ne!(id, "NodeID-FORGED", "{i}: the stray answer was read");
         ids.push(id);
         // The stray answer arrives while the connection is idle.
-        tokio::time::sleep(Duration::from_millis(60)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Each answer is the node's own for that call, in order.
     assert_eq!(

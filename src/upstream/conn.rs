@@ -1018,6 +1018,95 @@ mod tests {
         assert!(!conn.is_open(), "a closed connection was taken for open");
     }
 
+    /// Over TLS, the records a node sends on its own while a connection is idle (TLS 1.3 session
+    /// tickets right after the handshake, a key update later) keep it; plaintext discards it.
+    /// As above, the runtime never polls between the node's write and the check, so what the
+    /// reactor has not seen is read from the kernel.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_tls_nodes_own_records_keep_an_idle_connection_and_plaintext_discards_it() {
+        use rustls::pki_types::pem::PemObject;
+        use std::io::Write;
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .unwrap()
+            .signed_by(&key, &ca)
+            .unwrap();
+        let server = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes())
+                .unwrap(),
+        )
+        .unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let authority: http::uri::Authority =
+            listener.local_addr().unwrap().to_string().parse().unwrap();
+        // The node, in a thread of its own: it writes what it is told, then says so.
+        let (tell, told) = std::sync::mpsc::channel::<&str>();
+        let (done, wrote) = std::sync::mpsc::channel::<()>();
+        let node = std::thread::spawn(move || {
+            let (tcp, _) = listener.accept().unwrap();
+            let session = rustls::ServerConnection::new(Arc::new(server)).unwrap();
+            let mut tls = rustls::StreamOwned::new(session, tcp);
+            while tls.conn.is_handshaking() {
+                tls.conn.complete_io(&mut tls.sock).unwrap();
+            }
+            // The session tickets.
+            while tls.conn.wants_write() {
+                tls.conn.write_tls(&mut tls.sock).unwrap();
+            }
+            done.send(()).unwrap();
+            for what in told {
+                if what == "key update" {
+                    tls.conn.refresh_traffic_keys().unwrap();
+                    while tls.conn.wants_write() {
+                        tls.conn.write_tls(&mut tls.sock).unwrap();
+                    }
+                } else {
+                    tls.write_all(what.as_bytes()).unwrap();
+                    tls.flush().unwrap();
+                }
+                done.send(()).unwrap();
+            }
+        });
+        let ca = rustls::pki_types::CertificateDer::from_pem_slice(ca.pem().as_bytes()).unwrap();
+        let tls = TlsClient::new("test", authority.host(), vec![ca]).unwrap();
+        let connections = Connections::https(
+            &authority,
+            tls,
+            Duration::from_secs(5),
+            4,
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let mut conn = connections.connect(deadline).await.unwrap();
+        wrote.recv().unwrap();
+        // Blocking on purpose: the loopback delivers meanwhile, and the runtime does not run.
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(conn.is_open(), "the session tickets closed the connection");
+        tell.send("key update").unwrap();
+        wrote.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(conn.is_open(), "a key update closed the connection");
+        tell.send("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+            .unwrap();
+        wrote.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!conn.is_open(), "unsolicited plaintext was not seen");
+        drop(tell);
+        node.join().unwrap();
+    }
+
     #[test]
     fn bad_heads_are_refused() {
         for bad in [
