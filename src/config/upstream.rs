@@ -15,10 +15,14 @@ use super::{invalid, ConfigError};
 pub struct UpstreamConfig {
     /// A short name used in metrics, logs, `/ext/health` and `X-Snowgate-Upstream`.
     pub name: String,
-    /// The base URL: `http://10.0.0.5:9650`, or a provider's `http://user:pass@host:port/v1/KEY`
-    /// (a path prefix before `/ext/...`, and Basic auth from the credentials). Never shown with
-    /// its credentials or path.
+    /// The base URL: `http://10.0.0.5:9650`, `https://node.example` (TLS, port 443 unless
+    /// given), or a provider's `https://user:pass@host/v1/KEY` (a path prefix before `/ext/...`,
+    /// and Basic auth from the credentials). Never shown with its credentials or path.
     pub url: String,
+    /// A PEM file of CA certificates trusted for this `https://` upstream besides the webpki
+    /// roots (a private CA). Verification is never off.
+    #[serde(default)]
+    pub tls_ca_file: Option<std::path::PathBuf>,
     /// Extra request headers (`{ "x-api-key" = "${PROVIDER_KEY}" }`); `${VAR}` is read from the
     /// environment. Values are never shown.
     #[serde(default)]
@@ -50,6 +54,7 @@ impl Default for UpstreamConfig {
         UpstreamConfig {
             name: String::new(),
             url: String::new(),
+            tls_ca_file: None,
             headers: Default::default(),
             host_header: None,
             info_path: None,
@@ -85,6 +90,7 @@ impl std::fmt::Debug for UpstreamConfig {
         f.debug_struct("UpstreamConfig")
             .field("name", &self.name)
             .field("url", &"[not shown: may hold a key or a password]")
+            .field("tls_ca_file", &self.tls_ca_file)
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("host_header", &self.host_header)
             .field("info_path", &self.info_path.as_ref().map(|_| "[not shown]"))
@@ -99,8 +105,10 @@ impl std::fmt::Debug for UpstreamConfig {
 /// A node's base URL, read: where to connect, what to prefix paths with, and Basic auth.
 #[derive(Clone)]
 pub struct BaseUrl {
-    /// `host:port` (no credentials).
+    /// `host:port` (no credentials); for `https://`, the port may be left out (443).
     pub authority: http::uri::Authority,
+    /// `https://`: TLS, verified against the webpki roots and the upstream's `tls_ca_file`.
+    pub tls: bool,
     /// The path before `/ext/...`, without a trailing slash (`""` for none).
     pub prefix: String,
     /// `user:password` from the URL, percent-decoded, for `Authorization: Basic`.
@@ -111,6 +119,7 @@ impl std::fmt::Debug for BaseUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BaseUrl")
             .field("authority", &self.authority)
+            .field("tls", &self.tls)
             .field("prefix", &"[not shown]")
             .field(
                 "credentials",
@@ -129,16 +138,23 @@ const OWN_HEADERS: &[&str] = &[
     "connection",
 ];
 
-/// Checks a node base URL: `http://[user:pass@]host:port[/prefix]`, no query or fragment. The
-/// port is required: an avalanchego node listens on 9650, not on HTTP's 80, so a URL without one
-/// is almost surely a mistake. Errors never quote the URL (it may hold a key).
+/// Checks a node base URL: `http://[user:pass@]host:port[/prefix]` or `https://...`, no query
+/// or fragment. An `http://` port is required: an avalanchego node listens on 9650, not on HTTP's
+/// 80, so a URL without one is almost surely a mistake; an `https://` URL without one means 443,
+/// where a node behind a TLS proxy or a provider answers. Errors never quote the URL (it may hold
+/// a key).
 pub fn parse_base_url(url: &str) -> Result<BaseUrl, String> {
     let uri: Uri = url.parse().map_err(|_| "not a URL".to_string())?;
-    match uri.scheme_str() {
-        Some("http") => {}
-        Some(other) => return Err(format!("scheme {other:?} is not supported (use http)")),
-        None => return Err("missing scheme (use http://host:port)".into()),
-    }
+    let tls = match uri.scheme_str() {
+        Some("http") => false,
+        Some("https") => true,
+        Some(other) => {
+            return Err(format!(
+                "scheme {other:?} is not supported (use http or https)"
+            ))
+        }
+        None => return Err("missing scheme (use http://host:port or https://host)".into()),
+    };
     let full = uri.authority().cloned().ok_or("missing host")?;
     let (credentials, hostport) = match full.as_str().rsplit_once('@') {
         Some((userinfo, hostport)) => (Some(percent_decode(userinfo)?), hostport),
@@ -163,6 +179,7 @@ pub fn parse_base_url(url: &str) -> Result<BaseUrl, String> {
         );
     }
     match authority.port_u16() {
+        None if tls => {}
         None => {
             let host = authority.host();
             return Err(format!("missing port (say http://{host}:9650)"));
@@ -172,6 +189,7 @@ pub fn parse_base_url(url: &str) -> Result<BaseUrl, String> {
     }
     Ok(BaseUrl {
         authority,
+        tls,
         prefix,
         credentials,
     })
@@ -279,11 +297,57 @@ impl UpstreamConfig {
             }
         }
         let _ = self.api_paths(&base);
+        if base.tls {
+            // What the certificate is verified against (and SNI): a DNS name or an IP address.
+            let host = base.authority.host();
+            let bare = host.trim_start_matches('[').trim_end_matches(']');
+            if rustls::pki_types::ServerName::try_from(bare).is_err() {
+                return invalid(
+                    format!("{key}.url"),
+                    "the host is not a name a TLS certificate can carry",
+                );
+            }
+        }
+        if let Some(path) = &self.tls_ca_file {
+            if !base.tls {
+                return invalid(
+                    format!("{key}.tls_ca_file"),
+                    "only for an https:// upstream (this url is http://)",
+                );
+            }
+            if let Err(msg) = read_ca_file(path) {
+                return invalid(format!("{key}.tls_ca_file"), msg);
+            }
+        }
         if !(1..=1000).contains(&self.weight) {
             return invalid(format!("{key}.weight"), "must be between 1 and 1000");
         }
         Ok(())
     }
+}
+
+/// The CA certificates of a `tls_ca_file`: every certificate of the PEM file, each checked as a
+/// trust anchor. A file that cannot be read, holds no certificate or a malformed one is an error
+/// (naming the file, not quoting it), so `snowgate check` refuses what the pool could not use.
+pub fn read_ca_file(
+    path: &std::path::Path,
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
+    use rustls::pki_types::pem::PemObject;
+    let shown = path.display();
+    let pem = std::fs::read(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let certs = rustls::pki_types::CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{shown} is not a PEM file of certificates: {e}"))?;
+    if certs.is_empty() {
+        return Err(format!("{shown} holds no PEM certificate"));
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in &certs {
+        roots
+            .add(cert.clone())
+            .map_err(|e| format!("{shown}: a certificate is not a usable CA: {e}"))?;
+    }
+    Ok(certs)
 }
 
 /// Names an upstream may not take: the node health API's checks of the gateway itself
@@ -446,7 +510,13 @@ mod tests {
     fn base_urls() {
         assert!(parse_base_url("http://10.0.0.5:9650").is_ok());
         assert!(parse_base_url("http://10.0.0.5:9650/").is_ok());
-        assert!(parse_base_url("https://x:1").is_err());
+        // TLS: the port defaults to 443 (kept out of the authority, so Host is the bare name).
+        let b = parse_base_url("https://node.example/v1/KEY").unwrap();
+        assert!(b.tls && b.authority.port_u16().is_none());
+        assert!(parse_base_url("https://x:1").unwrap().tls);
+        assert!(!parse_base_url("http://x:1").unwrap().tls);
+        assert!(parse_base_url("ftp://x:1").is_err());
+        assert!(parse_base_url("https://x:0").is_err());
         assert!(parse_base_url("http://x:1/ext/bc/P").is_err());
         assert!(parse_base_url("10.0.0.5:9650").is_err());
         assert!(parse_base_url("http://x:1/ext").is_err());

@@ -30,17 +30,31 @@
 //! * a deadline per exchange, kept by one timer per connection that each exchange moves (tokio
 //!   extends a registered timer to a later deadline with one atomic update, where a fresh timer
 //!   per request visits the timer wheel twice); a connection that times out is closed.
+//!
+//! TLS (`https://` upstreams, [`TlsClient`]): rustls through tokio-rustls, one client config per
+//! upstream built when the pool is (roots, ALPN `http/1.1`), SNI and verification from the URL's
+//! host; verification is never off. A connection is a `Stream`, plain or TLS, and everything
+//! above holds over both: the handshake is part of opening the connection (a failed one is a
+//! [`SendError::Connect`], so the request never left, and its reason is logged at warn), the
+//! deadline covers it, and "refused unsent" counts the bytes that reached the socket, not the
+//! plaintext rustls took. The idle check cannot peek on TLS: a TLS 1.3 node sends records of its
+//! own after the handshake (session tickets, key updates), which are bytes waiting on the socket
+//! but no answer. So before a TLS connection is reused, whatever is waiting is read through
+//! rustls without waiting (straight from the socket, past the reactor, as the peek does): records
+//! that yield no plaintext keep the connection; a plaintext byte, a `close_notify`, end of stream
+//! or an error close it.
 
 use std::io::ErrorKind;
 use std::mem::MaybeUninit;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::StatusCode;
 use parking_lot::Mutex;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::health::Fault;
@@ -94,6 +108,79 @@ pub struct Connections {
     idle_timeout: Duration,
     /// Oldest first: each release appends, each checkout pops the newest.
     idle: Mutex<Vec<Idle>>,
+    /// `https://`: how to open TLS on each new connection.
+    tls: Option<TlsClient>,
+}
+
+/// The TLS side of an `https://` upstream, made once when the pool is built: the rustls client
+/// config (the webpki roots plus the upstream's own CAs, ALPN `http/1.1`) and the name its
+/// certificate must carry (the URL's host, sent as SNI when it is a DNS name).
+pub struct TlsClient {
+    connector: tokio_rustls::TlsConnector,
+    server_name: rustls::pki_types::ServerName<'static>,
+    /// The upstream's configured name, for the log line of a failed handshake.
+    upstream: String,
+    /// The reason of the last failed handshake, logged at warn once and then at debug until a
+    /// handshake succeeds or the reason changes: a node with a bad certificate fails every
+    /// health check, and one warning per reason is enough.
+    last_failure: Mutex<Option<String>>,
+}
+
+impl TlsClient {
+    /// The client for `upstream` at `host` (a DNS name or an IP address, `[v6]` bracketed or
+    /// not), trusting the webpki roots and `extra_roots`.
+    pub fn new(
+        upstream: &str,
+        host: &str,
+        extra_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+    ) -> Result<TlsClient, String> {
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        let server_name = rustls::pki_types::ServerName::try_from(bare.to_string())
+            .map_err(|_| format!("{host:?} is not a name a TLS certificate can carry"))?;
+        let mut roots = rustls::RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        };
+        for cert in extra_roots {
+            roots
+                .add(cert)
+                .map_err(|e| format!("a tls_ca_file certificate is not a usable CA: {e}"))?;
+        }
+        // The crate's one provider, passed explicitly: nothing process-wide needs installing.
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS: {e}"))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(TlsClient {
+            connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
+            server_name,
+            upstream: upstream.to_string(),
+            last_failure: Mutex::new(None),
+        })
+    }
+
+    /// Logs a failed handshake: at warn the first time a reason is seen, then at debug.
+    fn failed(&self, address: &str, reason: &str) {
+        // Reasons compared without their digits: an expired certificate's text carries the
+        // time of each check.
+        let kind: String = reason.chars().filter(|c| !c.is_ascii_digit()).collect();
+        let mut last = self.last_failure.lock();
+        if last.as_deref() == Some(kind.as_str()) {
+            tracing::debug!(upstream = %self.upstream, address, error = reason, "TLS handshake with the upstream failed");
+        } else {
+            tracing::warn!(upstream = %self.upstream, address, error = reason, "TLS handshake with the upstream failed");
+            *last = Some(kind);
+        }
+    }
+
+    fn succeeded(&self) {
+        let mut last = self.last_failure.lock();
+        if last.take().is_some() {
+            tracing::info!(upstream = %self.upstream, "TLS handshake with the upstream succeeded again");
+        }
+    }
 }
 
 struct Idle {
@@ -121,7 +208,24 @@ impl Connections {
             max_idle,
             idle_timeout,
             idle: Mutex::new(Vec::new()),
+            tls: None,
         })
+    }
+
+    /// Connections to an `https://` upstream: as [`Connections::new`], each connection opened
+    /// with `tls`, and 443 when the authority has no port.
+    pub fn https(
+        authority: &http::uri::Authority,
+        tls: TlsClient,
+        connect_timeout: Duration,
+        max_idle: usize,
+        idle_timeout: Duration,
+    ) -> Result<Connections, String> {
+        let mut connections = Connections::new(authority, connect_timeout, max_idle, idle_timeout)?;
+        let port = authority.port_u16().unwrap_or(443);
+        connections.address = format!("{}:{port}", authority.host());
+        connections.tls = Some(tls);
+        Ok(connections)
     }
 
     /// Sends `host` as the `Host` header instead of the URL's authority, and `headers` with every
@@ -216,7 +320,7 @@ impl Connections {
         let expired = idle.partition_point(|c| now.duration_since(c.since) >= self.idle_timeout);
         idle.drain(..expired);
         if idle.len() >= self.max_idle {
-            idle.retain(|c| c.conn.is_open());
+            idle.retain_mut(|c| c.conn.is_open());
         }
         if idle.len() < self.max_idle {
             idle.push(Idle { conn, since: now });
@@ -226,26 +330,50 @@ impl Connections {
     /// The newest idle connection that has not expired and that the node has not closed.
     fn checkout(&self) -> Option<Conn> {
         loop {
-            let Idle { conn, since } = self.idle.lock().pop()?;
+            let Idle { mut conn, since } = self.idle.lock().pop()?;
             if since.elapsed() < self.idle_timeout && conn.is_open() {
                 return Some(conn);
             }
         }
     }
 
-    /// Opens a connection within `connect_timeout`, and by `deadline`.
+    /// Opens a connection (and on TLS, makes the handshake) within `connect_timeout`, and by
+    /// `deadline`.
     async fn connect(&self, deadline: tokio::time::Instant) -> Result<Conn, SendError> {
-        let connecting = TcpStream::connect(self.address.as_str());
         let connect_by = tokio::time::Instant::now() + self.connect_timeout;
-        let stream = match tokio::time::timeout_at(connect_by.min(deadline), connecting).await {
+        let opening = async {
+            let stream = TcpStream::connect(self.address.as_str())
+                .await
+                .map_err(connect_fault)?;
+            let _ = stream.set_nodelay(true);
+            let probe = Probe::new(&stream).map_err(connect_fault)?;
+            let io = TcpIo {
+                stream,
+                probe,
+                eager: false,
+                sent: 0,
+            };
+            let Some(tls) = &self.tls else {
+                return Ok(Stream::Plain(io));
+            };
+            match tls.connector.connect(tls.server_name.clone(), io).await {
+                Ok(stream) => {
+                    tls.succeeded();
+                    Ok(Stream::Tls(Box::new(stream)))
+                }
+                Err(e) => {
+                    tls.failed(&self.address, &e.to_string());
+                    Err((Fault::TlsHandshake, format!("TLS handshake failed: {e}")))
+                }
+            }
+        };
+        let stream = match tokio::time::timeout_at(connect_by.min(deadline), opening).await {
             Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => {
-                let fault = if e.kind() == ErrorKind::ConnectionRefused {
-                    Fault::ConnectRefused
-                } else {
-                    Fault::ConnectFailed
-                };
-                return Err(SendError::Connect(fault, format!("{}: {e}", self.address)));
+            Ok(Err((fault, why))) => {
+                return Err(SendError::Connect(
+                    fault,
+                    format!("{}: {why}", self.address),
+                ));
             }
             Err(_) if deadline < connect_by => return Err(SendError::Timeout),
             Err(_) => {
@@ -258,18 +386,23 @@ impl Connections {
                 ))
             }
         };
-        let _ = stream.set_nodelay(true);
-        let probe = Probe::new(&stream).map_err(|e| {
-            SendError::Connect(Fault::ConnectFailed, format!("{}: {e}", self.address))
-        })?;
         Ok(Conn {
             stream,
-            probe,
             buf: BytesMut::new(),
             reused: false,
             timer: Box::pin(tokio::time::sleep_until(deadline)),
         })
     }
+}
+
+/// The category of a failure to open a TCP connection, and its text (for the log).
+fn connect_fault(e: std::io::Error) -> (Fault, String) {
+    let fault = if e.kind() == ErrorKind::ConnectionRefused {
+        Fault::ConnectRefused
+    } else {
+        Fault::ConnectFailed
+    };
+    (fault, e.to_string())
 }
 
 /// A second handle on a connection's socket (a duplicated descriptor, made once per connection),
@@ -291,6 +424,11 @@ impl Probe {
         let mut byte = [0u8; 1];
         matches!(self.0.peek(&mut byte), Err(e) if e.kind() == ErrorKind::WouldBlock)
     }
+
+    /// Reads what the kernel holds, without waiting (`WouldBlock` when nothing is there).
+    fn read(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        std::io::Read::read(&mut &self.0, buf)
+    }
 }
 
 /// Elsewhere the reactor's readiness alone decides.
@@ -305,6 +443,150 @@ impl Probe {
 
     fn quiet(&self) -> bool {
         true
+    }
+
+    fn read(&self, _: &mut [u8]) -> std::io::Result<usize> {
+        Err(ErrorKind::WouldBlock.into())
+    }
+}
+
+/// A connection's socket as a stream: the TCP stream, its [`Probe`], and what the exchange and
+/// the TLS idle check need to know of it.
+struct TcpIo {
+    stream: TcpStream,
+    /// The same socket, to ask the kernel what the reactor may not have seen yet.
+    probe: Probe,
+    /// Reads ask the kernel directly when the reactor says nothing is there: set only while a
+    /// TLS connection's idle check runs (see [`Conn::is_open`]).
+    eager: bool,
+    /// Bytes written to the socket so far (on TLS, the records, not the plaintext): tells a
+    /// request refused unsent from one that may have left.
+    sent: u64,
+}
+
+impl AsyncRead for TcpIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.stream).poll_read(cx, buf) {
+            Poll::Pending if this.eager => {
+                // The reactor has not seen the bytes yet (or there are none): the kernel tells.
+                // The waker stays registered by the read above.
+                match this.probe.read(buf.initialize_unfilled()) {
+                    Ok(n) => {
+                        buf.advance(n);
+                        Poll::Ready(Ok(()))
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => Poll::Pending,
+                    Err(e) => Poll::Ready(Err(e)),
+                }
+            }
+            other => other,
+        }
+    }
+}
+
+impl AsyncWrite for TcpIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.stream).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = written {
+            this.sent += n as u64;
+        }
+        written
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = written {
+            this.sent += n as u64;
+        }
+        written
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+/// One connection: plain TCP, or TLS over it.
+enum Stream {
+    Plain(TcpIo),
+    /// Boxed: rustls's connection state is large, and most connections are plain.
+    Tls(Box<tokio_rustls::client::TlsStream<TcpIo>>),
+}
+
+impl Stream {
+    fn tcp(&self) -> &TcpIo {
+        match self {
+            Stream::Plain(io) => io,
+            Stream::Tls(tls) => tls.get_ref().0,
+        }
+    }
+
+    /// Bytes written to the socket so far.
+    fn sent(&self) -> u64 {
+        self.tcp().sent
+    }
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(io) => Pin::new(io).poll_read(cx, buf),
+            Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(io) => Pin::new(io).poll_write(cx, buf),
+            Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(io) => Pin::new(io).poll_flush(cx),
+            Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(io) => Pin::new(io).poll_shutdown(cx),
+            Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_shutdown(cx),
+        }
     }
 }
 
@@ -431,9 +713,7 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, String> {
 
 /// One connection to the node and the bytes read from it but not yet used.
 struct Conn {
-    stream: TcpStream,
-    /// The same socket, to ask the kernel what the reactor may not have seen yet.
-    probe: Probe,
+    stream: Stream,
     buf: BytesMut,
     /// It has carried an exchange before (so a refusal may mean the node closed it while idle).
     reused: bool,
@@ -448,15 +728,33 @@ impl Conn {
     /// answer (no end-of-stream, no error, no stray bytes). The reactor's readiness is not enough
     /// on its own: bytes that arrived since it last polled the kernel are not in it yet (a busy
     /// runtime polls rarely), so when it says "nothing" the kernel is asked.
-    fn is_open(&self) -> bool {
+    ///
+    /// On TLS, waiting bytes may be the node's own records (session tickets, key updates): they
+    /// are read through rustls, kernel asked directly, and only plaintext, a `close_notify`, end
+    /// of stream or an error close the connection.
+    fn is_open(&mut self) -> bool {
         let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
-        match self.stream.poll_read_ready(&mut cx) {
-            Poll::Pending => self.probe.quiet(),
-            Poll::Ready(Err(_)) => false,
-            // Readiness can be left over from the last read; a probe tells.
-            Poll::Ready(Ok(())) => {
-                let mut probe = [0u8; 1];
-                matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == ErrorKind::WouldBlock)
+        match &mut self.stream {
+            Stream::Plain(io) => match io.stream.poll_read_ready(&mut cx) {
+                Poll::Pending => io.probe.quiet(),
+                Poll::Ready(Err(_)) => false,
+                // Readiness can be left over from the last read; a probe tells.
+                Poll::Ready(Ok(())) => {
+                    let mut probe = [0u8; 1];
+                    matches!(io.stream.try_read(&mut probe), Err(e) if e.kind() == ErrorKind::WouldBlock)
+                }
+            },
+            Stream::Tls(tls) => {
+                tls.get_mut().0.eager = true;
+                let mut byte = [0u8; 1];
+                let mut buf = ReadBuf::new(&mut byte);
+                // rustls reads records until the socket has no more or a record holds
+                // plaintext: `Pending` means all of it was the node's own records.
+                let quiet = Pin::new(tls.as_mut())
+                    .poll_read(&mut cx, &mut buf)
+                    .is_pending();
+                tls.get_mut().0.eager = false;
+                quiet
             }
         }
     }
@@ -491,7 +789,7 @@ impl Conn {
 
 /// The parts of a [`Conn`] an exchange uses (its timer stays with the caller).
 struct ConnIo<'a> {
-    stream: &'a mut TcpStream,
+    stream: &'a mut Stream,
     buf: &'a mut BytesMut,
     reused: &'a mut bool,
 }
@@ -506,10 +804,13 @@ impl ConnIo<'_> {
     ) -> Result<(Reply, bool), Failure> {
         let reused = std::mem::replace(self.reused, true);
         self.buf.clear();
+        // What reached the socket before, so that a refusal with nothing of the request sent
+        // is told apart on TLS too (where a write takes plaintext before any record leaves).
+        let before = self.stream.sent();
         let written = match self.stream.write(request).await {
             Ok(0) if reused => return Err(Failure::Unsent),
             Ok(n) => n,
-            Err(_) if reused => return Err(Failure::Unsent),
+            Err(_) if reused && self.stream.sent() == before => return Err(Failure::Unsent),
             Err(e) => return Err(transport(format!("writing the request: {e}"))),
         };
         if written < request.len() {
@@ -517,6 +818,13 @@ impl ConnIo<'_> {
                 .write_all(&request[written..])
                 .await
                 .map_err(|e| transport(format!("writing the request: {e}")))?;
+        }
+        // TLS may hold records back (the socket was full); plain TCP holds nothing.
+        if let Err(e) = self.stream.flush().await {
+            if reused && self.stream.sent() == before {
+                return Err(Failure::Unsent);
+            }
+            return Err(transport(format!("writing the request: {e}")));
         }
         let head = loop {
             // Nothing read yet (the usual case right after the write): nothing to parse.
@@ -704,7 +1012,7 @@ mod tests {
         )
         .unwrap();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        let conn = connections.connect(deadline).await.unwrap();
+        let mut conn = connections.connect(deadline).await.unwrap();
         let (mut node, _) = listener.accept().unwrap();
         assert!(conn.is_open());
         node.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
@@ -713,11 +1021,100 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         assert!(!conn.is_open(), "unsolicited bytes were not seen");
         // A closed connection is not open either.
-        let conn = connections.connect(deadline).await.unwrap();
+        let mut conn = connections.connect(deadline).await.unwrap();
         let (node, _) = listener.accept().unwrap();
         drop(node);
         std::thread::sleep(Duration::from_millis(20));
         assert!(!conn.is_open(), "a closed connection was taken for open");
+    }
+
+    /// Over TLS, the records a node sends on its own while a connection is idle (TLS 1.3 session
+    /// tickets right after the handshake, a key update later) keep it; plaintext discards it.
+    /// As above, the runtime never polls between the node's write and the check, so what the
+    /// reactor has not seen is read from the kernel.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_tls_nodes_own_records_keep_an_idle_connection_and_plaintext_discards_it() {
+        use rustls::pki_types::pem::PemObject;
+        use std::io::Write;
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .unwrap()
+            .signed_by(&key, &ca)
+            .unwrap();
+        let server = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes())
+                .unwrap(),
+        )
+        .unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let authority: http::uri::Authority =
+            listener.local_addr().unwrap().to_string().parse().unwrap();
+        // The node, in a thread of its own: it writes what it is told, then says so.
+        let (tell, told) = std::sync::mpsc::channel::<&str>();
+        let (done, wrote) = std::sync::mpsc::channel::<()>();
+        let node = std::thread::spawn(move || {
+            let (tcp, _) = listener.accept().unwrap();
+            let session = rustls::ServerConnection::new(Arc::new(server)).unwrap();
+            let mut tls = rustls::StreamOwned::new(session, tcp);
+            while tls.conn.is_handshaking() {
+                tls.conn.complete_io(&mut tls.sock).unwrap();
+            }
+            // The session tickets.
+            while tls.conn.wants_write() {
+                tls.conn.write_tls(&mut tls.sock).unwrap();
+            }
+            done.send(()).unwrap();
+            for what in told {
+                if what == "key update" {
+                    tls.conn.refresh_traffic_keys().unwrap();
+                    while tls.conn.wants_write() {
+                        tls.conn.write_tls(&mut tls.sock).unwrap();
+                    }
+                } else {
+                    tls.write_all(what.as_bytes()).unwrap();
+                    tls.flush().unwrap();
+                }
+                done.send(()).unwrap();
+            }
+        });
+        let ca = rustls::pki_types::CertificateDer::from_pem_slice(ca.pem().as_bytes()).unwrap();
+        let tls = TlsClient::new("test", authority.host(), vec![ca]).unwrap();
+        let connections = Connections::https(
+            &authority,
+            tls,
+            Duration::from_secs(5),
+            4,
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let mut conn = connections.connect(deadline).await.unwrap();
+        wrote.recv().unwrap();
+        // Blocking on purpose: the loopback delivers meanwhile, and the runtime does not run.
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(conn.is_open(), "the session tickets closed the connection");
+        tell.send("key update").unwrap();
+        wrote.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(conn.is_open(), "a key update closed the connection");
+        tell.send("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+            .unwrap();
+        wrote.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!conn.is_open(), "unsolicited plaintext was not seen");
+        drop(tell);
+        node.join().unwrap();
     }
 
     #[test]

@@ -19,6 +19,9 @@ pub enum Fault {
     ConnectTimeout,
     /// Any other failure to connect.
     ConnectFailed,
+    /// The TLS handshake failed (a certificate snowgate cannot verify, most often): the request
+    /// never left. The reason is in the log only.
+    TlsHandshake,
     /// The connection failed after the request may have been sent.
     ConnectionLost,
     /// What came back was not a well-formed HTTP/1.1 answer.
@@ -46,6 +49,7 @@ impl fmt::Display for Fault {
             Fault::ConnectRefused => f.write_str("connect refused"),
             Fault::ConnectTimeout => f.write_str("connect timeout"),
             Fault::ConnectFailed => f.write_str("connect failed"),
+            Fault::TlsHandshake => f.write_str("tls handshake failed"),
             Fault::ConnectionLost => f.write_str("connection lost"),
             Fault::InvalidHttp => f.write_str("invalid HTTP answer"),
             Fault::Timeout => f.write_str("timeout"),

@@ -41,13 +41,19 @@ impl AttemptError {
     pub(super) fn never_left(&self) -> bool {
         matches!(
             self.fault,
-            Fault::ConnectRefused | Fault::ConnectTimeout | Fault::ConnectFailed
+            Fault::ConnectRefused
+                | Fault::ConnectTimeout
+                | Fault::ConnectFailed
+                | Fault::TlsHandshake
         )
     }
 
     pub(super) fn outcome(&self) -> &'static str {
         match self.fault {
-            Fault::ConnectRefused | Fault::ConnectTimeout | Fault::ConnectFailed => "connect_error",
+            Fault::ConnectRefused
+            | Fault::ConnectTimeout
+            | Fault::ConnectFailed
+            | Fault::TlsHandshake => "connect_error",
             Fault::ConnectionLost | Fault::InvalidHttp => "transport_error",
             Fault::Timeout => "timeout",
             Fault::Http(s) if s >= 500 => "http_5xx",
@@ -101,11 +107,21 @@ pub(crate) struct Upstream {
     pub(super) permits: tokio::sync::Semaphore,
     /// This node's metric series, resolved once.
     pub(super) metrics: UpstreamMetrics,
-    /// Its table and the `[upstream]` settings it was built with, to tell on a reload whether it
-    /// changed.
-    recipe: (UpstreamConfig, Duration, usize, usize),
+    /// What it was built from, to tell on a reload whether it changed.
+    recipe: Recipe,
     /// Taken out by a reload: its health checks stop; the calls it has finish.
     retired: std::sync::atomic::AtomicBool,
+}
+
+/// What an [`Upstream`] is built from: its table, the `[upstream]` settings baked into its
+/// connections and slots, and its CA file's bytes.
+#[derive(PartialEq)]
+struct Recipe {
+    table: UpstreamConfig,
+    connect_timeout: Duration,
+    pool_max_idle: usize,
+    max_concurrency: usize,
+    ca: Option<Vec<u8>>,
 }
 
 /// The metric series of one upstream.
@@ -160,12 +176,30 @@ impl Upstream {
             value.set_sensitive(true);
             headers.push((http::header::AUTHORIZATION, value));
         }
-        let connections = conn::Connections::new(
-            &base.authority,
-            forward.connect_timeout,
-            forward.pool_max_idle,
-            Duration::from_secs(60),
-        )?
+        let idle_timeout = Duration::from_secs(60);
+        let connections = if base.tls {
+            // The TLS config is made here, once per upstream, never per connection.
+            let extra_roots = match &config.tls_ca_file {
+                Some(path) => crate::config::upstream::read_ca_file(path)
+                    .map_err(|e| format!("upstream {}: tls_ca_file: {e}", config.name))?,
+                None => Vec::new(),
+            };
+            let tls = conn::TlsClient::new(&config.name, base.authority.host(), extra_roots)?;
+            conn::Connections::https(
+                &base.authority,
+                tls,
+                forward.connect_timeout,
+                forward.pool_max_idle,
+                idle_timeout,
+            )?
+        } else {
+            conn::Connections::new(
+                &base.authority,
+                forward.connect_timeout,
+                forward.pool_max_idle,
+                idle_timeout,
+            )?
+        }
         .with_headers(config.host_header.as_deref(), &headers);
         let (info, platform) = config.api_paths(&base);
         let proposervm = format!("{platform}/proposervm");
@@ -187,16 +221,18 @@ impl Upstream {
         })
     }
 
-    fn recipe(
-        config: &UpstreamConfig,
-        forward: &ForwardConfig,
-    ) -> (UpstreamConfig, Duration, usize, usize) {
-        (
-            config.clone(),
-            forward.connect_timeout,
-            forward.pool_max_idle,
-            forward.max_concurrency,
-        )
+    fn recipe(config: &UpstreamConfig, forward: &ForwardConfig) -> Recipe {
+        Recipe {
+            table: config.clone(),
+            connect_timeout: forward.connect_timeout,
+            pool_max_idle: forward.pool_max_idle,
+            max_concurrency: forward.max_concurrency,
+            // A CA file replaced under the same name (a rotation) is a change too.
+            ca: config
+                .tls_ca_file
+                .as_ref()
+                .map(|path| std::fs::read(path).unwrap_or_default()),
+        }
     }
 
     /// Whether this node is what `config` and `forward` would build (a reload keeps it).
