@@ -386,6 +386,32 @@ async fn a_changed_rate_limit_applies_to_the_next_call() {
     gw.shutdown().await;
 }
 
+/// A limiter a reload keeps keeps its housekeeping: idle clients are still pruned (every 5 s).
+#[tokio::test]
+async fn a_kept_limiter_keeps_pruning_idle_clients() {
+    let (_net, nodes) = devnodes(12345, 1, Duration::from_millis(100)).await;
+    let named = nodes_named(&nodes);
+    let path = config_file("reload-prune");
+    // A bucket refills in 100 ms: an idle client is forgotten at the next pruning.
+    let quota = "[rate_limit]\nrequests_per_second = 1000\nburst = 100\n";
+    write(&path, &config_text(&named, quota));
+    let gw = gateway_from(&path).await;
+    assert_eq!(height(&gw.url()).await.status, 200);
+    let limiter = gw.limiter().unwrap();
+    assert_eq!(limiter.tracked(), 1);
+    // Another admin key: the limiter is kept.
+    let text = config_text(&named, quota).replace(ADMIN_KEY, "another-admin-key-0123456789");
+    write(&path, &text);
+    let report = gw.reload().await.unwrap();
+    assert_eq!(report.changed, vec!["admin".to_string()]);
+    assert!(Arc::ptr_eq(&limiter, &gw.limiter().unwrap()));
+    assert!(
+        eventually(Duration::from_secs(12), || limiter.tracked() == 0).await,
+        "the kept limiter stopped pruning after the reload"
+    );
+    gw.shutdown().await;
+}
+
 #[tokio::test]
 async fn the_cache_survives_a_reload_but_not_a_changed_cache_rule() {
     let (_net, nodes) = devnodes(12345, 1, Duration::from_millis(100)).await;
@@ -417,87 +443,109 @@ async fn the_cache_survives_a_reload_but_not_a_changed_cache_rule() {
     gw.shutdown().await;
 }
 
-/// 1,000 calls in flight while the file changes ten times (a node added and removed, limits and
-/// health settings changed): every one answers 200 with its own id.
+/// 1,000 calls in flight at once (each node takes 600 ms to answer) while the file changes ten
+/// times: a node removed with calls on it and added back, attempts, body limits and quotas
+/// changed. Every call answers 200 with its own id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_thousand_calls_during_ten_reloads_all_succeed() {
+async fn a_thousand_calls_in_flight_during_ten_reloads_all_succeed() {
+    // Each call holds a client socket, a gateway socket and a node connection on both ends.
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    let open_files = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(
+        open_files >= 8192,
+        "this test needs 8192 open files (ulimit -n 8192), the process has {open_files}"
+    );
     let (_net, nodes) = devnodes(12345, 3, Duration::from_millis(100)).await;
+    for node in &nodes {
+        node.control()
+            .update_faults(|f| f.latency = Duration::from_millis(600));
+    }
     let named = nodes_named(&nodes);
     let path = config_file("reload-load");
-    write(&path, &config_text(&named[..2], NO_LIMITS));
+    let slow_checks = "[health]\ninterval = \"1s\"\ntimeout = \"1s\"\n";
+    let text = |upstreams: &[(&str, String)], round: usize| {
+        let limits = format!("body_bytes = {}\n", 1_048_576 + round * 1024);
+        let extra = format!("{NO_CACHE}\n[upstream]\nmax_attempts = {}\n", 2 + round % 2);
+        config_text_with(upstreams, &limits, &extra).replace(
+            &format!("[health]\ninterval = \"{HEALTH_INTERVAL_MS}ms\"\ntimeout = \"{HEALTH_INTERVAL_MS}ms\"\n"),
+            slow_checks,
+        )
+    };
+    write(&path, &text(&named, 0));
     let gw = gateway_from(&path).await;
     let url = format!("{}/ext/bc/P", gw.url());
-    let client = support::client();
-    let calls = tokio::spawn({
-        let url = url.clone();
-        async move {
-            let mut tasks = tokio::task::JoinSet::new();
-            for worker in 0..50u64 {
-                let url = url.clone();
-                let client = client.clone();
-                tasks.spawn(async move {
-                    let mut failures = Vec::new();
-                    for i in 0..20u64 {
-                        let id = worker * 1000 + i;
-                        let method = if i % 2 == 0 {
-                            "platform.getHeight"
-                        } else {
-                            "platform.getTimestamp"
-                        };
-                        let body = format!(
-                            r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{{}}}}"#
-                        );
-                        let r = client
-                            .post(&url)
-                            .header("content-type", "application/json")
-                            .body(body)
-                            .send()
-                            .await;
-                        match r {
-                            Ok(r) => {
-                                let status = r.status().as_u16();
-                                let text = r.text().await.unwrap_or_default();
-                                let v: serde_json::Value =
-                                    serde_json::from_str(&text).unwrap_or_default();
-                                if status != 200 || v["id"] != id || v.get("result").is_none() {
-                                    failures.push(format!("{status} {text}"));
-                                }
-                            }
-                            Err(e) => failures.push(e.to_string()),
-                        }
-                    }
-                    failures
-                });
-            }
-            let mut failures = Vec::new();
-            let mut done = 0;
-            while let Some(r) = tasks.join_next().await {
-                failures.extend(r.unwrap());
-                done += 1;
-            }
-            (done * 20, failures)
-        }
-    });
-    for round in 0..10 {
-        let upstreams = if round % 2 == 0 {
-            &named[..]
-        } else {
-            &named[..2]
-        };
-        let limits = format!("body_bytes = {}\n", 1_048_576 + round * 1024);
-        let extra = format!(
-            "{NO_LIMITS}\n[upstream]\nmax_attempts = {}\n",
-            2 + round % 2
-        );
-        write(&path, &config_text_with(upstreams, &limits, &extra));
-        gw.reload().await.expect("every reload applies");
-        tokio::time::sleep(Duration::from_millis(30)).await;
-    }
-    let (sent, failures) = tokio::time::timeout(Duration::from_secs(60), calls)
-        .await
-        .expect("the calls finished")
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
         .unwrap();
-    assert_eq!(sent, 1000);
+    let mut calls = tokio::task::JoinSet::new();
+    for id in 0..1000u64 {
+        let (url, client) = (url.clone(), client.clone());
+        calls.spawn(async move {
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"platform.getHeight","params":{{}}}}"#
+            );
+            let r = client
+                .post(&url)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await;
+            let r = match r {
+                Ok(r) => r,
+                Err(e) => return Err(format!("{id}: {e}")),
+            };
+            let status = r.status().as_u16();
+            let text = r.text().await.unwrap_or_default();
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+            if status == 200 && v["id"] == id && v.get("result").is_some() {
+                Ok(())
+            } else {
+                Err(format!("{id}: {status} {text}"))
+            }
+        });
+    }
+    // Most of the calls are in flight before the first reload.
+    let in_flight = || {
+        let m = String::from_utf8_lossy(&gw.metrics().render()).to_string();
+        m.lines()
+            .filter(|l| l.starts_with("snowgate_upstream_in_flight{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum::<u64>()
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || in_flight() >= 500).await,
+        "the calls never got in flight together: {}",
+        in_flight()
+    );
+    for round in 1..=10 {
+        // Rounds 3 to 6 without node-2 (its calls in flight finish), then it comes back.
+        let upstreams = if (3..=6).contains(&round) {
+            &named[..2]
+        } else {
+            &named[..]
+        };
+        write(&path, &text(upstreams, round));
+        gw.reload().await.expect("every reload applies");
+    }
+    let mut failures = Vec::new();
+    let mut done = 0;
+    let finished = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(r) = calls.join_next().await {
+            done += 1;
+            if let Err(e) = r.unwrap() {
+                failures.push(e);
+            }
+        }
+    })
+    .await;
+    assert!(finished.is_ok(), "the calls never finished: {done} done");
+    assert_eq!(done, 1000);
     assert!(
         failures.is_empty(),
         "{} failed: {:?}",

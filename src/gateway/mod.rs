@@ -294,8 +294,9 @@ impl Core {
 pub(crate) struct Generation {
     pub(crate) registry: Registry,
     pub(crate) limiter: Option<Arc<Limiter>>,
-    /// Stops this generation's limiter tasks when a reload replaces the limiter.
-    limiter_stop: Option<watch::Sender<bool>>,
+    /// The limiter's background tasks: shared with the next generation when it keeps the
+    /// limiter, stopped when the last generation using it goes.
+    limiter_tasks: Option<Arc<LimiterTasks>>,
     body_room: Arc<Semaphore>,
 }
 
@@ -308,12 +309,12 @@ impl Generation {
         background: Option<&watch::Receiver<bool>>,
     ) -> Generation {
         let registry = Registry::with_overrides(&config.methods);
-        let (limiter, limiter_stop) = match previous {
+        let (limiter, limiter_tasks) = match previous {
             // Unchanged quotas keep their state (a reload is no way to refill a bucket).
             Some((prev, old))
                 if old.rate_limit == config.rate_limit && prev.registry.all() == registry.all() =>
             {
-                (prev.limiter.clone(), None)
+                (prev.limiter.clone(), prev.limiter_tasks.clone())
             }
             _ => new_limiter(config, core, &registry, background),
         };
@@ -326,7 +327,7 @@ impl Generation {
         Generation {
             registry,
             limiter,
-            limiter_stop,
+            limiter_tasks,
             body_room,
         }
     }
@@ -382,13 +383,14 @@ impl Generation {
     }
 }
 
-impl Drop for Generation {
+/// A limiter's pruner (and with global quotas its lease sweeper), stopped when the last
+/// generation using the limiter is dropped (the sweeper hands its unused leases back first), or
+/// with the gateway.
+struct LimiterTasks(watch::Sender<bool>);
+
+impl Drop for LimiterTasks {
     fn drop(&mut self) {
-        // A limiter this generation started stops its pruner and sweeper with it (the sweeper
-        // hands its unused leases back first).
-        if let Some(stop) = &self.limiter_stop {
-            let _ = stop.send(true);
-        }
+        let _ = self.0.send(true);
     }
 }
 
@@ -399,7 +401,7 @@ fn new_limiter(
     core: &Core,
     registry: &Registry,
     background: Option<&watch::Receiver<bool>>,
-) -> (Option<Arc<Limiter>>, Option<watch::Sender<bool>>) {
+) -> (Option<Arc<Limiter>>, Option<Arc<LimiterTasks>>) {
     if !config.rate_limit.enabled {
         return (None, None);
     }
@@ -422,7 +424,7 @@ fn new_limiter(
         }
     });
     limiter.spawn_pruner(rx);
-    (Some(limiter), Some(tx))
+    (Some(limiter), Some(Arc::new(LimiterTasks(tx))))
 }
 
 fn unix_now() -> i64 {
