@@ -171,6 +171,48 @@ async fn a_node_added_to_the_file_takes_traffic_after_a_reload_and_a_removed_one
     gw.shutdown().await;
 }
 
+/// Same name, another URL: a new node takes the old one's place at once (checked before it is
+/// published), and what it reports replaces what the old one did.
+#[tokio::test]
+async fn a_node_changed_under_its_name_is_replaced_without_a_gap() {
+    let (_net, nodes) = devnodes(12345, 2, Duration::from_millis(100)).await;
+    nodes[1]
+        .control()
+        .set_version(snowgate::devnode::NodeVersion::new(1, 13, 0));
+    let path = config_file("reload-change");
+    write(&path, &config_text(&[("node-0", nodes[0].url())], NO_CACHE));
+    let gw = gateway_from(&path).await;
+    let url = gw.url();
+    assert_eq!(height(&url).await.status, 200);
+    write(&path, &config_text(&[("node-0", nodes[1].url())], NO_CACHE));
+    let report = gw.reload().await.unwrap();
+    assert_eq!(report.changed, vec!["upstream changed: node-0".to_string()]);
+    let status = gw.pool().status();
+    assert!(status.upstreams[0].takes_traffic, "{status:?}");
+    assert_eq!(
+        status.upstreams[0].version.as_deref(),
+        Some("avalanchego/1.13.0")
+    );
+    nodes[0].control().reset_calls();
+    nodes[1].control().reset_calls();
+    for _ in 0..10 {
+        assert_eq!(height(&url).await.status, 200);
+    }
+    assert_eq!(nodes[1].control().call_count("platform.getHeight"), 10);
+    assert_eq!(nodes[0].control().call_count("platform.getHeight"), 0);
+    let metrics = String::from_utf8_lossy(&gw.metrics().render()).to_string();
+    let info: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("snowgate_upstream_info{"))
+        .collect();
+    assert_eq!(info.len(), 1, "{info:?}");
+    assert!(
+        info[0].contains("avalanchego/1.13.0") && info[0].ends_with(" 1"),
+        "{info:?}"
+    );
+    gw.shutdown().await;
+}
+
 /// A node whose `platform.getTx` answers after `delay`, counting arrivals (health checks and
 /// identity calls answer at once).
 async fn slow_node(delay: Duration) -> (String, Arc<AtomicUsize>) {

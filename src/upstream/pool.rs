@@ -163,6 +163,14 @@ impl Pool {
             o.retire();
             if changes.removed.iter().any(|r| **r == *o.name) {
                 self.forget_metrics(o);
+            } else {
+                self.forget_identity(o);
+            }
+        }
+        // A new node under an old name may report what the old one did: its series again.
+        for u in &fresh {
+            if u.identity.lock().network_id.is_some() {
+                self.publish_identity(u);
             }
         }
         let stop = self.checks.lock().clone();

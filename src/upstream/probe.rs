@@ -280,9 +280,28 @@ impl Pool {
         let _ = m.upstream_in_flight.remove_label_values(&[name]);
         let _ = m.upstream_latency.remove_label_values(&[name]);
         let _ = m.upstream_network_mismatch.remove_label_values(&[name]);
+        self.forget_identity(upstream);
+    }
+
+    /// Sets the `snowgate_upstream_info` series of what a node reported.
+    pub(super) fn publish_identity(&self, upstream: &Upstream) {
         let identity = upstream.identity.lock();
         let (v, n) = info_labels(identity.version.as_deref(), identity.network_id);
-        let _ = m.upstream_info.remove_label_values(&[name, &v, &n]);
+        self.metrics
+            .upstream_info
+            .with_label_values(&[&upstream.name, &v, &n])
+            .set(1);
+    }
+
+    /// Drops the `snowgate_upstream_info` series of what a node reported (a reload replaced it:
+    /// the new node under the name reports its own).
+    pub(super) fn forget_identity(&self, upstream: &Upstream) {
+        let identity = upstream.identity.lock();
+        let (v, n) = info_labels(identity.version.as_deref(), identity.network_id);
+        let _ = self
+            .metrics
+            .upstream_info
+            .remove_label_values(&[&upstream.name, &v, &n]);
     }
 
     /// Judges the heights the nodes report now (never a height kept from the past: a node that
