@@ -50,7 +50,10 @@ pub fn serve_config(args: &ServeArgs) -> anyhow::Result<Config> {
             })
             .collect();
     }
-    config.validate()?;
+    config.validate().map_err(|e| match &args.config {
+        Some(path) => e.in_file(&path.display().to_string()),
+        None => e,
+    })?;
     Ok(config)
 }
 

@@ -15,7 +15,7 @@
 //! The modules read bottom-up, and none imports one above it or beside it (`tests/layers.rs`):
 //!
 //! * leaves, the vocabulary: [`jsonrpc`], [`body`], [`methods`], `keys`, [`error`], [`call`],
-//!   [`config`], [`metrics`], [`logging`];
+//!   [`config`], [`metrics`]; [`logging`] (the log subscriber, its filter from the config);
 //! * [`shared`]: the fleet's Redis (connection, timeout, circuit breaker), under the cache and the
 //!   rate limiter that keep their answers and quotas there;
 //! * the per-call layers, independent of each other: `policy`, [`ratelimit`], [`cache`],

@@ -45,8 +45,7 @@ pub fn set_filter(filter: Option<&str>) -> Result<(), String> {
         return Ok(());
     }
     let directives = filter.unwrap_or(DEFAULT_FILTER);
-    let parsed = EnvFilter::builder()
-        .parse(directives)
-        .map_err(|e| format!("log.filter: {e}"))?;
+    let parsed =
+        crate::config::log::parse_filter(directives).map_err(|e| format!("log.filter: {e}"))?;
     handle.reload(parsed).map_err(|e| e.to_string())
 }

@@ -171,3 +171,25 @@ fn an_absurd_duration_is_refused_before_it_can_overflow_a_clock() {
         "methods.\"platform.getHeight\".timeout",
     );
 }
+
+/// A syntax error on a line that holds a secret: `check` says where (line, column, key) and never
+/// quotes the line or the value.
+#[test]
+fn a_broken_line_with_a_secret_is_never_quoted() {
+    let secret = "hunter2-secret-0123456789";
+    for (i, text) in [
+        format!(
+            "[[upstreams]]\nname = \"a\"\nurl = \"https://u:{secret}@h/v1\" role = \"fallback\"\n"
+        ),
+        format!("{NODE}[admin]\napi_keys = \"{secret}\"\n"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let out = run(&format!("secret-{i}"), &["check"], text);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(!stderr.contains(secret), "{stderr}");
+        assert!(stderr.contains("at line "), "{stderr}");
+    }
+}

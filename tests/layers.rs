@@ -17,7 +17,8 @@ const RANKS: &[(&str, u32)] = &[
     ("call", 2),
     ("config", 2),
     ("metrics", 2),
-    ("logging", 2),
+    // The log subscriber, whose filter comes from the config.
+    ("logging", 3),
     // The fleet's Redis, under the layers that keep things in it.
     ("shared", 3),
     // The per-call layers, independent of each other.

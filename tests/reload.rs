@@ -216,14 +216,24 @@ async fn a_node_changed_under_its_name_is_replaced_without_a_gap() {
 /// A node whose `platform.getTx` answers after `delay`, counting arrivals (health checks and
 /// identity calls answer at once).
 async fn slow_node(delay: Duration) -> (String, Arc<AtomicUsize>) {
+    let (url, arrivals, _) = counting_node(delay).await;
+    (url, arrivals)
+}
+
+/// [`slow_node`], also counting the connections open to it now.
+async fn counting_node(delay: Duration) -> (String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
     use http_body_util::{BodyExt, Full};
     let arrivals = Arc::new(AtomicUsize::new(0));
+    let open = Arc::new(AtomicUsize::new(0));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let counter = arrivals.clone();
+    let connections = open.clone();
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             let counter = counter.clone();
+            let connections = connections.clone();
+            connections.fetch_add(1, Ordering::SeqCst);
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(
                     move |req: hyper::Request<hyper::body::Incoming>| {
@@ -254,10 +264,48 @@ async fn slow_node(delay: Duration) -> (String, Arc<AtomicUsize>) {
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
                     .await;
+                connections.fetch_sub(1, Ordering::SeqCst);
             });
         }
     });
-    (format!("http://{addr}"), arrivals)
+    (format!("http://{addr}"), arrivals, open)
+}
+
+/// A removed node's kept-alive connections close at the reload, not at its checker's next tick
+/// (`[health] interval` here is 30 s).
+#[tokio::test]
+async fn a_removed_node_lets_go_of_its_connections_at_once() {
+    let (_net, nodes) = devnodes(12345, 1, Duration::from_millis(100)).await;
+    let (node, _, open) = counting_node(Duration::ZERO).await;
+    let path = config_file("reload-close");
+    let both = [("node-0", nodes[0].url()), ("counted", node)];
+    let text = |upstreams: &[(&str, String)]| {
+        config_text(upstreams, NO_CACHE).replace(
+            &format!("interval = \"{HEALTH_INTERVAL_MS}ms\"\ntimeout = \"{HEALTH_INTERVAL_MS}ms\""),
+            "interval = \"30s\"\ntimeout = \"500ms\"",
+        )
+    };
+    write(&path, &text(&both));
+    let gw = gateway_from(&path).await;
+    let auth = format!("Bearer {ADMIN_KEY}");
+    for _ in 0..3 {
+        let r = post_with(
+            &format!("{}/ext/bc/P", gw.url()),
+            &call("platform.getTx", r#"{"txID":"x"}"#),
+            &[("authorization", &auth), ("x-snowgate-upstream", "counted")],
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    assert!(open.load(Ordering::SeqCst) >= 1);
+    write(&path, &text(&both[..1]));
+    gw.reload().await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(3), || open.load(Ordering::SeqCst) == 0).await,
+        "{} connections still open to a removed node",
+        open.load(Ordering::SeqCst)
+    );
+    gw.shutdown().await;
 }
 
 #[tokio::test]
@@ -648,4 +696,48 @@ async fn sighup_reloads_the_file_and_its_log_filter() {
         !logs.contains(&nodes[1].url()),
         "a node address in a reload's log: {logs}"
     );
+}
+
+/// An admin whose client gives up on `POST /snowgate/reload` (here while a new node's first check
+/// runs into `[health] timeout`) does not cut the reload: it is applied, logged and counted.
+#[tokio::test]
+async fn a_reload_whose_caller_leaves_is_applied_whole() {
+    let (_net, nodes) = devnodes(12345, 1, Duration::from_millis(100)).await;
+    // Accepts and never answers: its first check takes the whole health timeout.
+    let hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hole_url = format!("http://{}", hole.local_addr().unwrap());
+    let path = config_file("reload-leave");
+    let named = nodes_named(&nodes);
+    write(&path, &config_text(&named, NO_LIMITS));
+    let gw = gateway_from(&path).await;
+    let mut both = named.clone();
+    both.push(("hole", hole_url));
+    write(&path, &config_text(&both, NO_LIMITS));
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    let r = impatient
+        .post(format!("{}/snowgate/reload", gw.url()))
+        .header("authorization", format!("Bearer {ADMIN_KEY}"))
+        .send()
+        .await;
+    assert!(r.is_err(), "the reload answered within 50 ms: {r:?}");
+    assert!(
+        eventually(Duration::from_secs(5), || gw
+            .pool()
+            .status()
+            .upstreams
+            .len()
+            == 2)
+        .await,
+        "the reload was cut when its caller left"
+    );
+    let metrics = String::from_utf8_lossy(&gw.metrics().render()).to_string();
+    assert!(
+        metrics.contains("snowgate_config_reloads_total{result=\"ok\"} 1"),
+        "{metrics}"
+    );
+    drop(hole);
+    gw.shutdown().await;
 }

@@ -105,6 +105,29 @@ pub enum ConfigError {
     },
 }
 
+/// `message` with every double-quoted part replaced by `"…"`: serde and toml quote the values
+/// they met, which may be secrets (names of keys are quoted with backticks and stay).
+fn without_quoted_values(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut inside = false;
+    let mut escaped = false;
+    for c in message.chars() {
+        if inside {
+            match (escaped, c) {
+                (false, '\\') => escaped = true,
+                (false, '"') => inside = false,
+                _ => escaped = false,
+            }
+        } else if c == '"' {
+            out.push_str("\"…\"");
+            inside = true;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn in_file(path: &Option<String>) -> String {
     path.as_ref().map(|p| format!("{p}: ")).unwrap_or_default()
 }
@@ -168,10 +191,45 @@ impl Config {
     }
 
     /// Parses TOML text without validating it (see [`Config::read`]); `origin` names it in errors.
+    ///
+    /// The error gives the line, the column and the reason, and never the file's text: the line
+    /// it is on may hold a password or a key (toml quotes it, and serde quotes a mistyped value,
+    /// `invalid type: string "..."`), and this error is printed by `snowgate check`, logged by a
+    /// reload and answered by `POST /snowgate/reload`.
     pub fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: origin.to_string(),
-            message: e.to_string().trim_end().to_string(),
+        toml::from_str(text).map_err(|e| {
+            let at = e
+                .span()
+                .and_then(|span| text.get(..span.start))
+                .map(|before| {
+                    let line = before.matches('\n').count() + 1;
+                    let start = before.rfind('\n').map_or(0, |i| i + 1);
+                    let column = before.len() - start + 1;
+                    // The key the line assigns, when it is one (a key is no secret; a value may
+                    // be): what is left of its first `=`.
+                    let key = text[start..]
+                        .lines()
+                        .next()
+                        .and_then(|l| l.split_once('='))
+                        .map(|(k, _)| k.trim())
+                        .filter(|k| {
+                            !k.is_empty()
+                                && k.len() <= 64
+                                && k.bytes()
+                                    .all(|b| b.is_ascii_alphanumeric() || b"_-.\"".contains(&b))
+                        })
+                        .map(|k| format!(" (`{k}`)"))
+                        .unwrap_or_default();
+                    format!(" at line {line}, column {column}{key}")
+                })
+                .unwrap_or_default();
+            ConfigError::Parse {
+                path: origin.to_string(),
+                message: format!(
+                    "not a valid config{at}: {}",
+                    without_quoted_values(e.message().trim_end())
+                ),
+            }
         })
     }
 
@@ -298,6 +356,26 @@ mod tests {
 
     /// One valid node: a file needs at least one.
     const NODE: &str = "[[upstreams]]\nname = \"a\"\nurl = \"http://127.0.0.1:9651\"\n";
+
+    #[test]
+    fn parse_errors_never_quote_the_files_text() {
+        let secret = "hunter2-secret-0123456789";
+        for text in [
+            format!("[[upstreams]]\nname = \"a\"\nurl = \"https://u:{secret}@h/v1\" role = \"fallback\"\n"),
+            format!("[admin]\napi_keys = [\"{secret}\" \"x\"]\n"),
+            format!("[admin]\napi_keys = \"{secret}\"\n"),
+            format!("[[upstreams]]\nname = \"a\"\nurl = \"http://h:1\"\nheaders = \"x-api-key: {secret}\"\n"),
+            format!("[admin]\napi_keys = [\"{secret}\\\"\"]]\n"),
+        ] {
+            let e = Config::from_toml(&text, "f.toml").unwrap_err().to_string();
+            assert!(!e.contains(secret), "{e}");
+            assert!(e.starts_with("f.toml: not a valid config at line "), "{e}");
+        }
+        assert_eq!(
+            without_quoted_values(r#"invalid type: string "a\"b", expected `x`"#),
+            r#"invalid type: string "…", expected `x`"#
+        );
+    }
 
     #[test]
     fn unknown_keys_are_errors() {

@@ -233,6 +233,7 @@ impl Core {
             )
             .map_err(|e| anyhow::anyhow!(e))?,
         );
+        pool.expect_network(config.network.id);
         pool.check_all().await;
         pool.settle_network(config.network.id);
         let registry = Registry::with_overrides(&config.methods);

@@ -135,8 +135,13 @@ impl Live {
         };
         let mut state = self.state.lock().await;
         let (old, previous) = &*state;
-        // The file, validated as `snowgate check` does (the source's own errors name the file).
-        let mut next = source.read().map_err(|e| format!("{e:#}"))?;
+        // The file, validated as `snowgate check` does (the source's own errors name the file),
+        // off the runtime's workers: reading a file and compiling a log filter may block.
+        let reading = source.clone();
+        let mut next = tokio::task::spawn_blocking(move || reading.read())
+            .await
+            .map_err(|e| format!("reading the config failed: {e}"))?
+            .map_err(|e| format!("{e:#}"))?;
         let mut report = ReloadReport::default();
         keep_restart_only(old, &mut next, &mut report.restart_needed);
         // The old values put back may not fit what changed around them.
@@ -210,7 +215,11 @@ impl Reload for Reloader {
         let live = self.0.upgrade();
         Box::pin(async move {
             match live {
-                Some(live) => live.reload().await,
+                // A task of its own: an admin whose client gives up (the answer's future is
+                // dropped) must not cut a reload half-way, unlogged and uncounted.
+                Some(live) => tokio::spawn(async move { live.reload().await })
+                    .await
+                    .unwrap_or_else(|e| Err(format!("the reload task failed: {e}"))),
                 None => Err("the gateway is shutting down".into()),
             }
         })

@@ -110,6 +110,9 @@ pub struct Connections {
     idle: Mutex<Vec<Idle>>,
     /// `https://`: how to open TLS on each new connection.
     tls: Option<TlsClient>,
+    /// Set by [`Connections::close_idle`]: connections are closed after their exchange instead
+    /// of kept.
+    closing: std::sync::atomic::AtomicBool,
 }
 
 /// The TLS side of an `https://` upstream, made once when the pool is built: the rustls client
@@ -209,6 +212,7 @@ impl Connections {
             idle_timeout,
             idle: Mutex::new(Vec::new()),
             tls: None,
+            closing: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -315,6 +319,9 @@ impl Connections {
     /// The list is oldest first, so the expired connections are a prefix, cut without a scan;
     /// closed ones are swept only when the list is full, and a checkout skips any it meets.
     fn release(&self, conn: Conn) {
+        if self.closing.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
         let mut idle = self.idle.lock();
         let now = Instant::now();
         let expired = idle.partition_point(|c| now.duration_since(c.since) >= self.idle_timeout);
@@ -325,6 +332,15 @@ impl Connections {
         if idle.len() < self.max_idle {
             idle.push(Idle { conn, since: now });
         }
+    }
+
+    /// Closes every idle connection, and from now on each connection after its exchange: the
+    /// upstream was taken out of the pool (a reload), and its sockets must not wait for a timer.
+    pub fn close_idle(&self) {
+        self.closing
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let idle = std::mem::take(&mut *self.idle.lock());
+        drop(idle);
     }
 
     /// The newest idle connection that has not expired and that the node has not closed.

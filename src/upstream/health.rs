@@ -38,6 +38,8 @@ pub enum Fault {
     RpcError,
     /// The node says it is not done bootstrapping.
     NotBootstrapped,
+    /// Its network (`info.getNetworkID`) could not be read while the pool's is known.
+    NetworkUnknown,
     /// The request for the node could not be built (its path is not valid): snowgate's fault,
     /// found before any connection was opened.
     InvalidRequest,
@@ -58,6 +60,7 @@ impl fmt::Display for Fault {
             Fault::TooLarge(bound) => write!(f, "answer larger than {bound} bytes"),
             Fault::RpcError => f.write_str("rpc error"),
             Fault::NotBootstrapped => f.write_str("not bootstrapped"),
+            Fault::NetworkUnknown => f.write_str("network unknown"),
             Fault::InvalidRequest => f.write_str("invalid request path"),
         }
     }
@@ -115,6 +118,15 @@ pub(crate) struct HealthState {
     pub(crate) last_error: Option<Fault>,
     /// It reports another network than the pool's: it never takes traffic.
     pub(crate) network_mismatch: bool,
+    /// Its network could not be read while the pool's is known: it takes no traffic until it is.
+    pub(crate) network_unknown: bool,
+}
+
+impl HealthState {
+    /// Shown to be on the pool's network, or no network is enforced.
+    pub(crate) fn network_ok(&self) -> bool {
+        !self.network_mismatch && !self.network_unknown
+    }
 }
 
 impl HealthState {
@@ -254,7 +266,7 @@ impl Heights {
 
 /// The selection rule: a node may be picked only when it is healthy and its height is admitted.
 pub(crate) fn eligible(state: &HealthState, heights: &Heights) -> bool {
-    state.healthy && !state.network_mismatch && heights.admits(state.height)
+    state.healthy && state.network_ok() && heights.admits(state.height)
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
 //! Which network a node is on and which avalanchego version it runs: asked (`info.getNetworkID`,
 //! `info.getNodeVersion`) when the node joins the pool, after it comes back, and every
 //! [`REFRESH`] while it stays. A node on another network than the pool's never takes traffic: its
-//! answers would be another chain's. The pool's network is `[network] id`, or else the one most
-//! nodes report at start ([`majority`]; with no majority, none is enforced until `[network] id`
-//! is set).
+//! answers would be another chain's; nor, once the pool's network is known, does a node whose
+//! network cannot be read. The pool's network is `[network] id`, or else the one more than half
+//! of the configured nodes report ([`majority`]), at start or as soon as they do.
 
 use std::time::{Duration, Instant};
 
@@ -35,13 +35,15 @@ impl Identity {
     }
 }
 
-/// The network more than half of `reported` are on; `None` when nobody reported or no network
-/// has a majority (two nodes that disagree: which one lies is not for snowgate to guess, and
+/// The network more than half of the pool's `members` nodes report (`reported` are the networks
+/// of those that answered); `None` while no network has that majority: nodes down count against
+/// every network, so the first node to come up cannot choose the pool's network for the others,
+/// and two nodes that disagree settle nothing (which one lies is not for snowgate to guess:
 /// `[network] id` settles it).
-pub fn majority(reported: &[u32]) -> Option<u32> {
+pub fn majority(reported: &[u32], members: usize) -> Option<u32> {
     reported
         .iter()
-        .find(|id| 2 * reported.iter().filter(|n| n == id).count() > reported.len())
+        .find(|id| 2 * reported.iter().filter(|n| n == id).count() > members)
         .copied()
 }
 
@@ -51,11 +53,14 @@ mod tests {
 
     #[test]
     fn the_majority_network_wins_and_unknown_is_no_mismatch() {
-        assert_eq!(majority(&[]), None);
-        assert_eq!(majority(&[5, 1, 1]), Some(1));
-        assert_eq!(majority(&[1]), Some(1));
-        assert_eq!(majority(&[5, 1]), None, "a tie names no network");
-        assert_eq!(majority(&[5, 1, 1, 5]), None);
+        assert_eq!(majority(&[], 0), None);
+        assert_eq!(majority(&[], 3), None);
+        assert_eq!(majority(&[5, 1, 1], 3), Some(1));
+        assert_eq!(majority(&[1], 1), Some(1));
+        assert_eq!(majority(&[5, 1], 2), None, "a tie names no network");
+        assert_eq!(majority(&[5, 1, 1, 5], 4), None);
+        assert_eq!(majority(&[5], 3), None, "the first node up does not choose");
+        assert_eq!(majority(&[1, 1], 3), Some(1));
         let known = Identity {
             network_id: Some(5),
             ..Default::default()

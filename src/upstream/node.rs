@@ -58,9 +58,11 @@ impl AttemptError {
             Fault::Timeout => "timeout",
             Fault::Http(s) if s >= 500 => "http_5xx",
             Fault::Http(_) => "http_error",
-            Fault::BadAnswer | Fault::TooLarge(_) | Fault::RpcError | Fault::NotBootstrapped => {
-                "bad_answer"
-            }
+            Fault::BadAnswer
+            | Fault::TooLarge(_)
+            | Fault::RpcError
+            | Fault::NotBootstrapped
+            | Fault::NetworkUnknown => "bad_answer",
             Fault::InvalidRequest => "invalid_request",
         }
     }
@@ -109,8 +111,9 @@ pub(crate) struct Upstream {
     pub(super) metrics: UpstreamMetrics,
     /// What it was built from, to tell on a reload whether it changed.
     recipe: Recipe,
-    /// Taken out by a reload: its health checks stop; the calls it has finish.
-    retired: std::sync::atomic::AtomicBool,
+    /// Taken out by a reload: its health checks stop at once, its idle connections close; the
+    /// calls it has finish.
+    retired: tokio::sync::watch::Sender<bool>,
 }
 
 /// What an [`Upstream`] is built from: its table, the `[upstream]` settings baked into its
@@ -217,7 +220,7 @@ impl Upstream {
             permits: tokio::sync::Semaphore::new(forward.max_concurrency),
             metrics: UpstreamMetrics::new(metrics, &config.name),
             recipe: Self::recipe(config, forward),
-            retired: std::sync::atomic::AtomicBool::new(false),
+            retired: tokio::sync::watch::Sender::new(false),
         })
     }
 
@@ -242,11 +245,13 @@ impl Upstream {
 
     /// Takes it out for good (a reload removed or replaced it).
     pub(super) fn retire(&self) {
-        self.retired.store(true, Ordering::Relaxed);
+        self.retired.send_replace(true);
+        self.connections.close_idle();
     }
 
-    pub(super) fn is_retired(&self) -> bool {
-        self.retired.load(Ordering::Relaxed)
+    /// Flips to true when the node is retired.
+    pub(super) fn retirement(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.retired.subscribe()
     }
 
     /// The path of `family`'s API on this upstream.

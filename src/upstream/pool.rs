@@ -35,7 +35,7 @@ pub struct Pool {
     /// Signalled whenever a concurrency slot is released anywhere in the pool.
     slot_freed: tokio::sync::Notify,
     pub(super) metrics: Metrics,
-    /// The network every node must be on: `[network] id`, or the majority's at start.
+    /// The network every node must be on: `[network] id`, or the one more than half of the nodes report.
     pub(super) network: std::sync::OnceLock<u32>,
     /// The gateway's stop signal, once the health checks run: a node added by a reload gets its
     /// own checker, which stops with it.
@@ -219,7 +219,7 @@ impl Pool {
             .map(|(i, u)| {
                 let (healthy, height) = {
                     let s = u.state.lock();
-                    (s.healthy && !s.network_mismatch, s.height)
+                    (s.healthy && s.network_ok(), s.height)
                 };
                 // A version that is not a release number is as good as unknown: serving.
                 let serves = !versioned || {

@@ -37,22 +37,28 @@ impl Pool {
         mut shutdown: watch::Receiver<bool>,
     ) {
         let pool = Arc::downgrade(self);
+        let mut retired = upstream.retirement();
         tokio::spawn(async move {
             loop {
                 let every = match pool.upgrade() {
                     Some(pool) => pool.members().health.interval,
                     None => return,
                 };
+                if *retired.borrow() {
+                    return;
+                }
                 tokio::select! {
                     _ = tokio::time::sleep(every) => {}
                     _ = shutdown.changed() => return,
+                    // Taken out by a reload: let go of it (and its sockets) now.
+                    _ = retired.changed() => return,
                 }
                 let Some(pool) = pool.upgrade() else { return };
-                if upstream.is_retired() {
-                    return;
-                }
                 let members = pool.members();
-                pool.check_with(&upstream, &members).await;
+                tokio::select! {
+                    () = pool.check_with(&upstream, &members) => {}
+                    _ = retired.changed() => return,
+                }
             }
         });
     }
@@ -87,8 +93,20 @@ impl Pool {
             && upstream.identity.lock().due(std::time::Instant::now())
         {
             self.ask_identity(upstream, health.timeout).await;
+            self.settle_network_late();
             self.judge_network(upstream);
         }
+        // A node whose network cannot be read (an error, a number that is no network ID, no
+        // answer in time) cannot be shown to be on the pool's: it takes no traffic while the
+        // pool's network is known, and is asked again at its next check.
+        let check = if matches!(check, Check::Answered { .. })
+            && self.network.get().is_some()
+            && upstream.identity.lock().network_id.is_none()
+        {
+            Check::Failed(Fault::NetworkUnknown)
+        } else {
+            check
+        };
         let thresholds = Thresholds {
             failures: health.failure_threshold,
             recoveries: health.recovery_threshold,
@@ -230,22 +248,39 @@ impl Pool {
         }
     }
 
-    /// Sets the pool's network (`[network] id`, or the network most nodes reported) once, and
-    /// judges every node against it.
+    /// Sets the pool's network to `[network] id` before the first checks (so that no majority
+    /// can settle another one meanwhile).
+    pub(crate) fn expect_network(&self, configured: Option<u32>) {
+        if let Some(id) = configured {
+            let _ = self.network.set(id);
+        }
+    }
+
+    /// After the first round of checks: the pool's network is `[network] id`, or the one more
+    /// than half of the nodes reported; every node is judged against it.
     pub(crate) fn settle_network(&self, configured: Option<u32>) {
+        self.expect_network(configured);
         let members = self.members();
         let reported: Vec<u32> = members
             .upstreams
             .iter()
             .filter_map(|u| u.identity.lock().network_id)
             .collect();
-        if let Some(id) = configured.or_else(|| super::identity::majority(&reported)) {
-            let _ = self.network.set(id);
-            tracing::info!(
+        if self.network.get().is_none() {
+            if let Some(id) = super::identity::majority(&reported, members.upstreams.len()) {
+                let _ = self.network.set(id);
+            }
+        }
+        match self.network.get() {
+            Some(id) => tracing::info!(
                 network_id = id,
                 configured = configured.is_some(),
                 "the pool's network"
-            );
+            ),
+            None => tracing::warn!(
+                reported = ?reported,
+                "no network is reported by more than half of the nodes: none is enforced until one is (set [network] id to enforce one now)"
+            ),
         }
         for u in &members.upstreams {
             self.judge_network(u);
@@ -253,13 +288,44 @@ impl Pool {
         self.refresh_best_height();
     }
 
-    /// Marks a node on another network than the pool's (logged at error when it starts).
+    /// Settles the pool's network once more than half of its nodes report one, when it was not
+    /// known at start (nodes down, or a tie); then judges every node against it.
+    fn settle_network_late(&self) {
+        if self.network.get().is_some() {
+            return;
+        }
+        let members = self.members();
+        let reported: Vec<u32> = members
+            .upstreams
+            .iter()
+            .filter_map(|u| u.identity.lock().network_id)
+            .collect();
+        if let Some(id) = super::identity::majority(&reported, members.upstreams.len()) {
+            if self.network.set(id).is_ok() {
+                tracing::info!(
+                    network_id = id,
+                    "the pool's network (reported by more than half of the nodes)"
+                );
+            }
+            for u in &members.upstreams {
+                self.judge_network(u);
+            }
+        }
+    }
+
+    /// Marks a node on another network than the pool's (logged at error when it starts), or
+    /// whose network is not known while the pool's is.
     fn judge_network(&self, upstream: &Upstream) {
-        let mismatch = upstream
-            .identity
-            .lock()
-            .mismatch(self.network.get().copied());
+        let expected = self.network.get().copied();
+        let (mismatch, unknown) = {
+            let identity = upstream.identity.lock();
+            (
+                identity.mismatch(expected),
+                expected.is_some() && identity.network_id.is_none(),
+            )
+        };
         let mut s = upstream.state.lock();
+        s.network_unknown = unknown;
         if mismatch && !s.network_mismatch {
             let reported = upstream.identity.lock().network_id;
             tracing::error!(upstream = %upstream.name, reported = ?reported, expected = ?self.network.get(), "upstream is on another network: it takes no traffic");
