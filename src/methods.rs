@@ -14,9 +14,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-pub mod version;
-
-pub use version::{BadVersion, Served, Version};
+pub use crate::jsonrpc::release::{BadVersion, NodeVersion, Served};
 
 /// Which API a method belongs to, and so which paths serve it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
@@ -158,7 +156,7 @@ impl MethodOverride {
     pub fn versions(&self) -> Result<Served, (&'static str, BadVersion)> {
         let parse = |field: &'static str, v: &Option<String>| {
             v.as_deref()
-                .map(str::parse::<Version>)
+                .map(str::parse::<NodeVersion>)
                 .transpose()
                 .map_err(|e| (field, e))
         };
@@ -252,17 +250,17 @@ const BUILTIN: &[Row] = &[
     ("proposervm.getProposedHeight", Public, Volatile, 1, None),
 ];
 
-const V1_11_0: Option<Version> = Some(Version::new(1, 11, 0));
-const V1_11_3: Option<Version> = Some(Version::new(1, 11, 3));
-const V1_11_11: Option<Version> = Some(Version::new(1, 11, 11));
-const V1_11_13: Option<Version> = Some(Version::new(1, 11, 13));
-const V1_12_2: Option<Version> = Some(Version::new(1, 12, 2));
-const V1_14_0: Option<Version> = Some(Version::new(1, 14, 0));
+const V1_11_0: Option<NodeVersion> = Some(NodeVersion::new(1, 11, 0));
+const V1_11_3: Option<NodeVersion> = Some(NodeVersion::new(1, 11, 3));
+const V1_11_11: Option<NodeVersion> = Some(NodeVersion::new(1, 11, 11));
+const V1_11_13: Option<NodeVersion> = Some(NodeVersion::new(1, 11, 13));
+const V1_12_2: Option<NodeVersion> = Some(NodeVersion::new(1, 12, 2));
+const V1_14_0: Option<NodeVersion> = Some(NodeVersion::new(1, 14, 0));
 
 /// The methods some node releases do not serve: (name, since, removed in). Every other built-in
 /// method is served by every release. From avalanchego's release notes (reference §5, "Version
 /// history" and "Other version markers").
-pub const VERSIONS: &[(&str, Option<Version>, Option<Version>)] = &[
+pub const VERSIONS: &[(&str, Option<NodeVersion>, Option<NodeVersion>)] = &[
     ("info.upgrades", V1_11_11, None),
     // The keystore API was removed in v1.12.2.
     ("platform.exportKey", None, V1_12_2),
@@ -454,7 +452,7 @@ mod tests {
     fn methods_carry_the_releases_that_serve_them() {
         let r = Registry::builtin();
         let served = |name: &str| r.get(name).unwrap().served;
-        let v = |s: &str| Some(s.parse::<Version>().unwrap());
+        let v = |s: &str| Some(s.parse::<NodeVersion>().unwrap());
         assert_eq!(served("platform.getAllValidatorsAt").since, v("1.14.0"));
         assert_eq!(served("proposervm.getCurrentEpoch").since, v("1.14.0"));
         assert_eq!(served("proposervm.getProposedHeight").since, v("1.14.0"));
@@ -502,10 +500,10 @@ mod tests {
         );
         let r = Registry::with_overrides(&o);
         let all = r.get("platform.getAllValidatorsAt").unwrap().served;
-        assert_eq!(all.since, Some(Version::new(1, 15, 0)));
+        assert_eq!(all.since, Some(NodeVersion::new(1, 15, 0)));
         assert_eq!(all.removed_in, None);
         let height = r.get("platform.getHeight").unwrap().served;
-        assert_eq!(height.removed_in, Some(Version::new(2, 0, 0)));
+        assert_eq!(height.removed_in, Some(NodeVersion::new(2, 0, 0)));
         let bad = MethodOverride {
             removed_in: Some("soon".into()),
             ..Default::default()

@@ -5,8 +5,7 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use support::*;
@@ -15,60 +14,9 @@ use tokio::io::AsyncWriteExt;
 /// How long the node takes over each `platform.getTx`.
 const SLOW: Duration = Duration::from_millis(1500);
 
-/// A node on 127.0.0.1:0 that passes health checks at once and answers `platform.getTx` after
-/// [`SLOW`], counting each such call when it arrives (not when it is answered, so a call the
-/// gateway gives up on still counts).
-async fn slow_node() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
-    use http_body_util::{BodyExt, Full};
-    let arrivals = Arc::new(AtomicUsize::new(0));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let counter = arrivals.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let counter = counter.clone();
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(
-                    move |req: hyper::Request<hyper::body::Incoming>| {
-                        let counter = counter.clone();
-                        async move {
-                            let body = req.into_body().collect().await.unwrap().to_bytes();
-                            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-                            let id = v["id"].clone();
-                            let result = match v["method"].as_str().unwrap_or_default() {
-                                "info.isBootstrapped" => r#"{"isBootstrapped":true}"#.to_string(),
-                                "platform.getHeight" => r#"{"height":"100"}"#.to_string(),
-                                // The pool asks who the node is when it joins: quick, not counted.
-                                "info.getNetworkID" => r#"{"networkID":"12345"}"#.to_string(),
-                                "info.getNodeVersion" => {
-                                    r#"{"version":"avalanchego/1.14.2"}"#.to_string()
-                                }
-                                _ => {
-                                    counter.fetch_add(1, Ordering::SeqCst);
-                                    tokio::time::sleep(SLOW).await;
-                                    r#"{"tx":"0x00","encoding":"hex"}"#.to_string()
-                                }
-                            };
-                            let text =
-                                format!(r#"{{"jsonrpc":"2.0","result":{result},"id":{id}}}"#);
-                            Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
-                                bytes::Bytes::from(text),
-                            )))
-                        }
-                    },
-                );
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
-    (addr, arrivals)
-}
-
 #[tokio::test]
 async fn a_coalesced_miss_completes_for_its_waiters_when_its_first_client_leaves() {
-    let (node, arrivals) = slow_node().await;
+    let (node, arrivals, _) = slow_node(SLOW).await;
     let mut config = snowgate::Config::default();
     config.server.listen = "127.0.0.1:0".parse().unwrap();
     config.rate_limit.enabled = false;

@@ -6,7 +6,7 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,6 +36,32 @@ fn config_text_with(upstreams: &[(&str, String)], limits: &str, extra: &str) -> 
 
 fn config_text(upstreams: &[(&str, String)], extra: &str) -> String {
     config_text_with(upstreams, "", extra)
+}
+
+/// Devnodes, their names and URLs, the config file, and a gateway started from it.
+struct Reloadable {
+    _net: snowgate::devnode::Network,
+    nodes: Vec<DevNode>,
+    named: Vec<(&'static str, String)>,
+    path: PathBuf,
+    gw: Gateway,
+}
+
+/// `n` devnodes, a file (named after `what`) with the first `first` of them as upstreams and
+/// `extra` TOML, and a gateway started from it.
+async fn reloadable(what: &str, n: usize, first: usize, extra: &str) -> Reloadable {
+    let (_net, nodes) = devnodes(12345, n, Duration::from_millis(100)).await;
+    let named = nodes_named(&nodes);
+    let path = config_file(what);
+    write(&path, &config_text(&named[..first], extra));
+    let gw = gateway_from(&path).await;
+    Reloadable {
+        _net,
+        nodes,
+        named,
+        path,
+        gw,
+    }
 }
 
 fn nodes_named(nodes: &[DevNode]) -> Vec<(&'static str, String)> {
@@ -91,11 +117,13 @@ async fn reload_over_http(url: &str, key: Option<&str>) -> support::Reply {
 #[tokio::test]
 async fn a_node_added_to_the_file_takes_traffic_after_a_reload_and_a_removed_one_gets_no_new_call()
 {
-    let (_net, nodes) = devnodes(12345, 2, Duration::from_millis(100)).await;
-    let named = nodes_named(&nodes);
-    let path = config_file("reload-add");
-    write(&path, &config_text(&named[..1], NO_CACHE));
-    let gw = gateway_from(&path).await;
+    let Reloadable {
+        _net,
+        nodes,
+        named,
+        path,
+        gw,
+    } = reloadable("reload-add", 2, 1, NO_CACHE).await;
     let url = gw.url();
     assert_eq!(height(&url).await.status, 200);
     assert_eq!(gw.pool().status().upstreams.len(), 1);
@@ -213,70 +241,13 @@ async fn a_node_changed_under_its_name_is_replaced_without_a_gap() {
     gw.shutdown().await;
 }
 
-/// A node whose `platform.getTx` answers after `delay`, counting arrivals (health checks and
-/// identity calls answer at once).
-async fn slow_node(delay: Duration) -> (String, Arc<AtomicUsize>) {
-    let (url, arrivals, _) = counting_node(delay).await;
-    (url, arrivals)
-}
-
-/// [`slow_node`], also counting the connections open to it now.
-async fn counting_node(delay: Duration) -> (String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
-    use http_body_util::{BodyExt, Full};
-    let arrivals = Arc::new(AtomicUsize::new(0));
-    let open = Arc::new(AtomicUsize::new(0));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let counter = arrivals.clone();
-    let connections = open.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let counter = counter.clone();
-            let connections = connections.clone();
-            connections.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(
-                    move |req: hyper::Request<hyper::body::Incoming>| {
-                        let counter = counter.clone();
-                        async move {
-                            let body = req.into_body().collect().await.unwrap().to_bytes();
-                            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-                            let id = v["id"].clone();
-                            let result = match v["method"].as_str().unwrap_or_default() {
-                                "info.isBootstrapped" => r#"{"isBootstrapped":true}"#,
-                                "platform.getHeight" => r#"{"height":"100"}"#,
-                                "info.getNetworkID" => r#"{"networkID":"12345"}"#,
-                                "info.getNodeVersion" => r#"{"version":"avalanchego/1.14.2"}"#,
-                                _ => {
-                                    counter.fetch_add(1, Ordering::SeqCst);
-                                    tokio::time::sleep(delay).await;
-                                    r#"{"tx":"0x00","encoding":"hex"}"#
-                                }
-                            };
-                            let text =
-                                format!(r#"{{"jsonrpc":"2.0","result":{result},"id":{id}}}"#);
-                            Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
-                                bytes::Bytes::from(text),
-                            )))
-                        }
-                    },
-                );
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                    .await;
-                connections.fetch_sub(1, Ordering::SeqCst);
-            });
-        }
-    });
-    (format!("http://{addr}"), arrivals, open)
-}
-
 /// A removed node's kept-alive connections close at the reload, not at its checker's next tick
 /// (`[health] interval` here is 30 s).
 #[tokio::test]
 async fn a_removed_node_lets_go_of_its_connections_at_once() {
     let (_net, nodes) = devnodes(12345, 1, Duration::from_millis(100)).await;
-    let (node, _, open) = counting_node(Duration::ZERO).await;
+    let (node, _, open) = support::slow_node(Duration::ZERO).await;
+    let node = format!("http://{node}");
     let path = config_file("reload-close");
     let both = [("node-0", nodes[0].url()), ("counted", node)];
     let text = |upstreams: &[(&str, String)]| {
@@ -311,7 +282,8 @@ async fn a_removed_node_lets_go_of_its_connections_at_once() {
 #[tokio::test]
 async fn a_call_in_flight_on_a_removed_node_finishes() {
     let (_net, nodes) = devnodes(12345, 1, Duration::from_millis(100)).await;
-    let (slow, arrivals) = slow_node(Duration::from_millis(1500)).await;
+    let (slow, arrivals, _) = support::slow_node(Duration::from_millis(1500)).await;
+    let slow = format!("http://{slow}");
     let path = config_file("reload-in-flight");
     let both = [("node-0", nodes[0].url()), ("slow", slow)];
     let extra = format!("{NO_LIMITS}\n[cache]\nenabled = false\n");
@@ -373,11 +345,13 @@ async fn a_call_in_flight_on_a_removed_node_finishes() {
 
 #[tokio::test]
 async fn a_broken_file_keeps_the_old_config_serving_and_says_why() {
-    let (_net, nodes) = devnodes(12345, 1, Duration::from_millis(100)).await;
-    let named = nodes_named(&nodes);
-    let path = config_file("reload-broken");
-    write(&path, &config_text(&named, NO_LIMITS));
-    let gw = gateway_from(&path).await;
+    let Reloadable {
+        _net,
+        nodes: _nodes,
+        named,
+        path,
+        gw,
+    } = reloadable("reload-broken", 1, 1, NO_LIMITS).await;
     let url = gw.url();
 
     // Not TOML; then TOML with an invalid value; then a node URL that cannot be used.
@@ -439,14 +413,16 @@ async fn a_broken_file_keeps_the_old_config_serving_and_says_why() {
 
 #[tokio::test]
 async fn a_changed_rate_limit_applies_to_the_next_call() {
-    let (_net, nodes) = devnodes(12345, 1, Duration::from_millis(100)).await;
-    let named = nodes_named(&nodes);
-    let path = config_file("reload-rate");
     // No cache: a hit costs half a call.
     let generous =
         "[cache]\nenabled = false\n[rate_limit]\nrequests_per_second = 1000\nburst = 1000\n";
-    write(&path, &config_text(&named, generous));
-    let gw = gateway_from(&path).await;
+    let Reloadable {
+        _net,
+        nodes: _nodes,
+        named,
+        path,
+        gw,
+    } = reloadable("reload-rate", 1, 1, generous).await;
     let url = gw.url();
     for _ in 0..5 {
         assert_eq!(height(&url).await.status, 200);
@@ -479,13 +455,15 @@ async fn a_changed_rate_limit_applies_to_the_next_call() {
 /// A limiter a reload keeps keeps its housekeeping: idle clients are still pruned (every 5 s).
 #[tokio::test]
 async fn a_kept_limiter_keeps_pruning_idle_clients() {
-    let (_net, nodes) = devnodes(12345, 1, Duration::from_millis(100)).await;
-    let named = nodes_named(&nodes);
-    let path = config_file("reload-prune");
     // A bucket refills in 100 ms: an idle client is forgotten at the next pruning.
     let quota = "[rate_limit]\nrequests_per_second = 1000\nburst = 100\n";
-    write(&path, &config_text(&named, quota));
-    let gw = gateway_from(&path).await;
+    let Reloadable {
+        _net,
+        nodes: _nodes,
+        named,
+        path,
+        gw,
+    } = reloadable("reload-prune", 1, 1, quota).await;
     assert_eq!(height(&gw.url()).await.status, 200);
     let limiter = gw.limiter().unwrap();
     assert_eq!(limiter.tracked(), 1);
@@ -504,11 +482,13 @@ async fn a_kept_limiter_keeps_pruning_idle_clients() {
 
 #[tokio::test]
 async fn the_cache_survives_a_reload_but_not_a_changed_cache_rule() {
-    let (_net, nodes) = devnodes(12345, 1, Duration::from_millis(100)).await;
-    let named = nodes_named(&nodes);
-    let path = config_file("reload-cache");
-    write(&path, &config_text(&named, NO_LIMITS));
-    let gw = gateway_from(&path).await;
+    let Reloadable {
+        _net,
+        nodes,
+        named,
+        path,
+        gw,
+    } = reloadable("reload-cache", 1, 1, NO_LIMITS).await;
     let url = format!("{}/ext/info", gw.url());
     let fee = call("info.getTxFee", "{}");
     let id = call("info.getNetworkID", "{}");

@@ -12,6 +12,18 @@ use snowgate::devnode::DevNode;
 
 const METHOD: &str = "platform.sampleValidators";
 
+/// Calls [`METHOD`] `n` times through `gateway`; every call answers 200.
+async fn call_method(gateway: &snowgate::Gateway, n: usize) {
+    for _ in 0..n {
+        let r = support::post(
+            &format!("{}/ext/bc/P", gateway.url()),
+            &support::call(METHOD, r#"{"size":1}"#),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+}
+
 /// Two local-network (12345) devnodes and one fuji (5) devnode behind a gateway configured by
 /// `tweak`; calls `METHOD` 40 times; returns the calls each node saw, `/ext/health` and `/metrics`.
 async fn run(tweak: impl FnOnce(&mut Config)) -> (Vec<u64>, serde_json::Value, String) {
@@ -22,14 +34,7 @@ async fn run(tweak: impl FnOnce(&mut Config)) -> (Vec<u64>, serde_json::Value, S
     support::test_gateway(&mut config, &nodes);
     tweak(&mut config);
     let gateway = snowgate::Gateway::start(config).await.unwrap();
-    for _ in 0..40 {
-        let r = support::post(
-            &format!("{}/ext/bc/P", gateway.url()),
-            &support::call(METHOD, r#"{"size":1}"#),
-        )
-        .await;
-        assert_eq!(r.status, 200, "{}", r.body);
-    }
+    call_method(&gateway, 40).await;
     let calls = nodes
         .iter()
         .map(|n: &DevNode| n.control().call_count(METHOD))
@@ -122,14 +127,7 @@ async fn a_node_whose_network_cannot_be_read_gets_no_call() {
         ..Default::default()
     });
     let gateway = snowgate::Gateway::start(config).await.unwrap();
-    for _ in 0..40 {
-        let r = support::post(
-            &format!("{}/ext/bc/P", gateway.url()),
-            &support::call(METHOD, r#"{"size":1}"#),
-        )
-        .await;
-        assert_eq!(r.status, 200, "{}", r.body);
-    }
+    call_method(&gateway, 40).await;
     assert_eq!(
         seen.load(Ordering::SeqCst),
         0,
@@ -177,14 +175,7 @@ async fn the_network_is_settled_when_the_nodes_come_up() {
     });
     *file.lock().unwrap() = config;
     gateway.reload().await.unwrap();
-    for _ in 0..20 {
-        let r = support::post(
-            &format!("{}/ext/bc/P", gateway.url()),
-            &support::call(METHOD, r#"{"size":1}"#),
-        )
-        .await;
-        assert_eq!(r.status, 200, "{}", r.body);
-    }
+    call_method(&gateway, 20).await;
     assert_eq!(
         fuji[0].control().call_count(METHOD),
         0,

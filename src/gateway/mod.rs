@@ -2,9 +2,9 @@
 //! server; and assembling it again from the file on a reload ([`reload`]). Tests, `snowgate
 //! serve` and `snowgate demo` all start it through here.
 //!
-//! What a gateway is made of comes in two lifetimes. The [`Core`] lives as long as the gateway:
+//! What a gateway is made of comes in two lifetimes. The `Core` lives as long as the gateway:
 //! the pool (whose nodes a reload changes in place), the cache (which survives a reload), the
-//! fleet's Redis, the metrics, the drain flag. A [`Generation`] is what one version of the config
+//! fleet's Redis, the metrics, the drain flag. A `Generation` is what one version of the config
 //! builds on top of it: the method registry, the rate limiter, the room for request bodies, and
 //! the [`Stack`] they make, which the server reads per request from one `ArcSwap`. A reload builds
 //! the next generation beside the one serving and swaps the stack in one store: a request runs
@@ -291,7 +291,7 @@ impl Core {
     }
 }
 
-/// What one version of the config builds over the [`Core`].
+/// What one version of the config builds over the `Core`.
 pub(crate) struct Generation {
     pub(crate) registry: Registry,
     pub(crate) limiter: Option<Arc<Limiter>>,

@@ -1,4 +1,4 @@
-//! The live config: the gateway's [`Core`], the [`Generation`] in force and its stack, and the
+//! The live config: the gateway's `Core`, the `Generation` in force and its stack, and the
 //! reload that reads the file again (`SIGHUP`, `POST /snowgate/reload`) and applies it without
 //! dropping a connection.
 //!

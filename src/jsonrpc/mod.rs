@@ -7,11 +7,13 @@
 //! * [`names`]: avalanchego's method-name mapping (`platform.getHeight` -> `platform.GetHeight`).
 //! * [`http`]: the HTTP around it: paths, text refusals and CORS, shared with the devnode.
 //! * [`response`]: answer bodies byte for byte as a node writes them.
+//! * [`release`]: avalanchego release numbers, and which releases serve a method.
 
 pub mod envelope;
 pub mod gojson;
 pub mod http;
 pub mod names;
+pub mod release;
 pub mod response;
 
 pub use envelope::{decode, Decoded, Envelope, Verdict};

@@ -16,7 +16,7 @@ use super::select::{self, Choice, NodeView};
 use crate::call::{Answer, AnswerKind, CacheStatus, RpcCall};
 use crate::config::{ForwardConfig, HealthConfig, LimitsConfig, UpstreamConfig};
 use crate::error::ProxyError;
-use crate::methods::{MethodSpec, Version};
+use crate::methods::{MethodSpec, NodeVersion};
 use crate::metrics::Metrics;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
@@ -228,7 +228,7 @@ impl Pool {
                         .lock()
                         .version
                         .as_deref()
-                        .map(str::parse::<Version>);
+                        .map(str::parse::<NodeVersion>);
                     spec.served.serves(version.and_then(Result::ok))
                 };
                 NodeView {

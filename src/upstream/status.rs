@@ -75,7 +75,13 @@ impl Pool {
                     network_mismatch: s.network_mismatch,
                     version: identity.version,
                     in_flight: u.in_flight.load(Ordering::Relaxed),
-                    last_error: s.last_error.map(|f| f.to_string()),
+                    // A node that answers but is kept out for its network says so (one that
+                    // fails its checks says why it fails).
+                    last_error: match (s.last_error, s.network_unknown) {
+                        (Some(fault), _) => Some(fault.to_string()),
+                        (None, true) => Some(super::Fault::NetworkUnknown.to_string()),
+                        (None, false) => None,
+                    },
                 }
             })
             .collect();

@@ -334,3 +334,64 @@ pub fn private_ca() -> (String, String, String) {
         .unwrap();
     (ca.pem(), cert.pem(), key.serialize_pem())
 }
+
+/// A node on 127.0.0.1:0 that passes health checks and identity calls at once and answers every
+/// other call (`{"tx":"0x00","encoding":"hex"}`) after `delay`. Returns its address, the calls
+/// that arrived (counted on arrival, so a call the gateway gives up on still counts) and the
+/// connections open to it now.
+pub async fn slow_node(
+    delay: Duration,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use http_body_util::{BodyExt, Full};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let arrivals = Arc::new(AtomicUsize::new(0));
+    let open = Arc::new(AtomicUsize::new(0));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (counter, connections) = (arrivals.clone(), open.clone());
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let counter = counter.clone();
+            let connections = connections.clone();
+            connections.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let counter = counter.clone();
+                        async move {
+                            let body = req.into_body().collect().await.unwrap().to_bytes();
+                            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                            let id = v["id"].clone();
+                            let result = match v["method"].as_str().unwrap_or_default() {
+                                "info.isBootstrapped" => r#"{"isBootstrapped":true}"#,
+                                "platform.getHeight" => r#"{"height":"100"}"#,
+                                "info.getNetworkID" => r#"{"networkID":"12345"}"#,
+                                "info.getNodeVersion" => r#"{"version":"avalanchego/1.14.2"}"#,
+                                _ => {
+                                    counter.fetch_add(1, Ordering::SeqCst);
+                                    tokio::time::sleep(delay).await;
+                                    r#"{"tx":"0x00","encoding":"hex"}"#
+                                }
+                            };
+                            let text =
+                                format!(r#"{{"jsonrpc":"2.0","result":{result},"id":{id}}}"#);
+                            Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                                bytes::Bytes::from(text),
+                            )))
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+                connections.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    (addr, arrivals, open)
+}

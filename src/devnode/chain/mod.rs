@@ -259,7 +259,7 @@ impl Chain {
     pub fn serves(version: NodeVersion, service: &str, go_method: &str) -> bool {
         METHODS
             .iter()
-            .any(|&(s, m, served)| s == service && m == go_method && served.serves(version))
+            .any(|&(s, m, served)| s == service && m == go_method && served.serves(Some(version)))
     }
 
     /// Last accepted height as seen by `view`.

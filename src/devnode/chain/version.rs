@@ -6,113 +6,18 @@
 //! version-aware routing can be tested against nodes that refuse what they do not serve, with the
 //! node's own "can't find method" error.
 
-use std::fmt;
-use std::str::FromStr;
-
-/// An avalanchego release, `v1.14.2`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct NodeVersion {
-    /// Major number.
-    pub major: u16,
-    /// Minor number.
-    pub minor: u16,
-    /// Patch number.
-    pub patch: u16,
-}
+pub use crate::jsonrpc::release::{NodeVersion, Served};
 
 impl NodeVersion {
-    /// A release by its numbers.
-    pub const fn new(major: u16, minor: u16, patch: u16) -> NodeVersion {
-        NodeVersion {
-            major,
-            minor,
-            patch,
-        }
-    }
-
-    /// The release the devnode plays unless told otherwise (what it reported before it had a
+    /// The release a devnode plays unless told otherwise (what it reported before it had a
     /// version setting).
     pub const CURRENT: NodeVersion = NodeVersion::new(1, 14, 2);
 }
 
 impl Default for NodeVersion {
+    /// [`NodeVersion::CURRENT`], the devnode's release.
     fn default() -> Self {
         NodeVersion::CURRENT
-    }
-}
-
-impl fmt::Display for NodeVersion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "v{}.{}.{}", self.major, self.minor, self.patch)
-    }
-}
-
-/// Why a version string was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0:?} is not a node version (expected e.g. v1.14.0)")]
-pub struct BadVersion(pub String);
-
-impl FromStr for NodeVersion {
-    type Err = BadVersion;
-
-    /// Accepts `v1.14.0`, `1.14.0` and `avalanchego/1.14.0` (the form `info.getNodeVersion`
-    /// reports).
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || BadVersion(s.to_string());
-        let bare = s.strip_prefix("avalanchego/").unwrap_or(s);
-        let bare = bare.strip_prefix('v').unwrap_or(bare);
-        let mut parts = bare.split('.').map(|p| {
-            if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
-                None
-            } else {
-                p.parse::<u16>().ok()
-            }
-        });
-        let (Some(Some(major)), Some(Some(minor)), Some(Some(patch)), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return Err(bad());
-        };
-        Ok(NodeVersion::new(major, minor, patch))
-    }
-}
-
-/// The releases that serve a method: from `since` (inclusive) until `removed_in` (exclusive);
-/// `None` means since before any release a devnode plays, resp. still served.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Served {
-    /// First release that serves it.
-    pub since: Option<NodeVersion>,
-    /// First release that no longer serves it.
-    pub removed_in: Option<NodeVersion>,
-}
-
-impl Served {
-    /// Served by every release.
-    pub const ALWAYS: Served = Served {
-        since: None,
-        removed_in: None,
-    };
-
-    /// Served from `v` on.
-    pub const fn since(v: NodeVersion) -> Served {
-        Served {
-            since: Some(v),
-            removed_in: None,
-        }
-    }
-
-    /// Served until `v` (exclusive).
-    pub const fn removed_in(v: NodeVersion) -> Served {
-        Served {
-            since: None,
-            removed_in: Some(v),
-        }
-    }
-
-    /// Does release `v` serve it?
-    pub fn serves(&self, v: NodeVersion) -> bool {
-        self.since.map_or(true, |s| v >= s) && self.removed_in.map_or(true, |r| v < r)
     }
 }
 
@@ -134,32 +39,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_the_forms_a_node_and_an_operator_write() {
-        let v = NodeVersion::new(1, 13, 0);
-        assert_eq!("v1.13.0".parse(), Ok(v));
-        assert_eq!("1.13.0".parse(), Ok(v));
-        assert_eq!("avalanchego/1.13.0".parse(), Ok(v));
-        assert_eq!(v.to_string(), "v1.13.0");
-        for bad in [
-            "",
-            "v1.13",
-            "v1.13.0.1",
-            "v1.x.0",
-            "v1.-1.0",
-            "v1..0",
-            "w1.2.3",
-        ] {
-            assert!(bad.parse::<NodeVersion>().is_err(), "{bad}");
-        }
-        assert!(NodeVersion::new(1, 11, 13) > NodeVersion::new(1, 11, 3));
-    }
-
-    #[test]
-    fn served_ranges_are_half_open() {
+    fn the_release_constants_bound_their_methods() {
         let s = Served::since(V1_14_0);
-        assert!(!s.serves(NodeVersion::new(1, 13, 9)) && s.serves(V1_14_0));
+        assert!(!s.serves(Some(NodeVersion::new(1, 13, 9))) && s.serves(Some(V1_14_0)));
         let r = Served::removed_in(V1_12_2);
-        assert!(r.serves(NodeVersion::new(1, 12, 1)) && !r.serves(V1_12_2));
-        assert!(Served::ALWAYS.serves(NodeVersion::new(0, 0, 0)));
+        assert!(r.serves(Some(NodeVersion::new(1, 12, 1))) && !r.serves(Some(V1_12_2)));
+        assert!(V1_11_3 < V1_11_11 && V1_11_11 < V1_11_13 && V1_11_0 < V1_11_3);
+        assert_eq!(NodeVersion::default(), NodeVersion::CURRENT);
+        assert_eq!(NodeVersion::CURRENT.to_string(), "v1.14.2");
     }
 }

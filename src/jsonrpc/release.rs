@@ -1,26 +1,28 @@
-//! avalanchego release numbers, and which releases serve a method.
+//! avalanchego releases: the number a node reports (`info.getNodeVersion`, `avalanchego/1.14.2`),
+//! and the range of releases that serve an API method.
 //!
-//! Releases add and remove API methods (`platform.getAllValidatorsAt` from v1.14.0, the keystore
-//! gone in v1.12.2): during a rolling upgrade the pool sends a call only to nodes whose release
-//! serves it ([`Served::serves`]), and the registry says which releases those are. A node tells
-//! its release through `info.getNodeVersion` (`avalanchego/1.14.2`); an operator writes one as
-//! `"1.14.0"` or `"v1.14.0"` under `[methods."name"]`.
+//! Releases add and remove methods (`platform.getAllValidatorsAt` from v1.14.0, the keystore gone
+//! in v1.12.2). The gateway's registry says which releases serve each method, so that during a
+//! rolling upgrade a call goes only to nodes that serve it; the devnode plays one release and
+//! serves exactly its methods. Both read releases with this one type; each keeps its own table of
+//! which release serves what (the devnode stands in for the node, so it must not share the
+//! gateway's facts: a wrong fact in one table is then caught by the other).
 
 use std::fmt;
 use std::str::FromStr;
 
-/// An avalanchego release, `1.14.2`; ordered as releases are.
+/// An avalanchego release, `v1.14.2`; ordered as releases are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Version {
+pub struct NodeVersion {
     pub major: u32,
     pub minor: u32,
     pub patch: u32,
 }
 
-impl Version {
+impl NodeVersion {
     /// A release by its numbers.
-    pub const fn new(major: u32, minor: u32, patch: u32) -> Version {
-        Version {
+    pub const fn new(major: u32, minor: u32, patch: u32) -> NodeVersion {
+        NodeVersion {
             major,
             minor,
             patch,
@@ -28,9 +30,9 @@ impl Version {
     }
 }
 
-impl fmt::Display for Version {
+impl fmt::Display for NodeVersion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+        write!(f, "v{}.{}.{}", self.major, self.minor, self.patch)
     }
 }
 
@@ -39,12 +41,12 @@ impl fmt::Display for Version {
 #[error("{0:?} is not a node version (expected e.g. \"1.14.0\")")]
 pub struct BadVersion(pub String);
 
-impl FromStr for Version {
+impl FromStr for NodeVersion {
     type Err = BadVersion;
 
     /// Accepts `1.14.0`, `v1.14.0` and `avalanchego/1.14.0` (what `info.getNodeVersion`
-    /// reports): exactly three decimal numbers.
-    fn from_str(s: &str) -> Result<Version, BadVersion> {
+    /// reports): exactly three decimal numbers, nothing around them.
+    fn from_str(s: &str) -> Result<NodeVersion, BadVersion> {
         let bad = || BadVersion(s.to_string());
         let bare = s.strip_prefix("avalanchego/").unwrap_or(s);
         let bare = bare.strip_prefix('v').unwrap_or(bare);
@@ -60,7 +62,7 @@ impl FromStr for Version {
         else {
             return Err(bad());
         };
-        Ok(Version::new(major, minor, patch))
+        Ok(NodeVersion::new(major, minor, patch))
     }
 }
 
@@ -68,8 +70,8 @@ impl FromStr for Version {
 /// `None` means: since before any release that matters, resp. still served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Served {
-    pub since: Option<Version>,
-    pub removed_in: Option<Version>,
+    pub since: Option<NodeVersion>,
+    pub removed_in: Option<NodeVersion>,
 }
 
 impl Served {
@@ -78,6 +80,22 @@ impl Served {
         since: None,
         removed_in: None,
     };
+
+    /// Served from `v` on.
+    pub const fn since(v: NodeVersion) -> Served {
+        Served {
+            since: Some(v),
+            removed_in: None,
+        }
+    }
+
+    /// Served until `v` (exclusive).
+    pub const fn removed_in(v: NodeVersion) -> Served {
+        Served {
+            since: None,
+            removed_in: Some(v),
+        }
+    }
 
     /// Whether some release does not serve it (only then is a node's version worth reading).
     pub fn is_versioned(&self) -> bool {
@@ -88,7 +106,7 @@ impl Served {
     /// asked yet, or a version string that is not a release number) is taken to serve it: it is
     /// asked when it joins, and refusing every versioned call until then would be worse than
     /// one "can't find method" from a node that turns out to be old.
-    pub fn serves(&self, version: Option<Version>) -> bool {
+    pub fn serves(&self, version: Option<NodeVersion>) -> bool {
         let Some(v) = version else { return true };
         self.since.map_or(true, |s| v >= s) && self.removed_in.map_or(true, |r| v < r)
     }
@@ -108,7 +126,7 @@ mod tests {
 
     #[test]
     fn parses_what_a_node_and_an_operator_write() {
-        let v = Version::new(1, 14, 2);
+        let v = NodeVersion::new(1, 14, 2);
         assert_eq!("1.14.2".parse(), Ok(v));
         assert_eq!("v1.14.2".parse(), Ok(v));
         assert_eq!("avalanchego/1.14.2".parse(), Ok(v));
@@ -118,36 +136,44 @@ mod tests {
             "1.14.2.1",
             "1..2",
             "v",
+            "v1.-1.0",
+            "w1.2.3",
             "1.14.x",
             "avalanchego/",
             "1.14.2-rc.1",
             " 1.1.1",
             "+1.1.1",
         ] {
-            assert!(bad.parse::<Version>().is_err(), "{bad:?}");
+            assert!(bad.parse::<NodeVersion>().is_err(), "{bad:?}");
         }
-        assert_eq!(v.to_string(), "1.14.2");
-        assert!(Version::new(1, 9, 12) < Version::new(1, 11, 0));
-        assert!(Version::new(1, 14, 0) < Version::new(2, 0, 0));
+        assert_eq!(v.to_string(), "v1.14.2");
+        assert!(NodeVersion::new(1, 9, 12) < NodeVersion::new(1, 11, 0));
+        assert!(NodeVersion::new(1, 11, 13) > NodeVersion::new(1, 11, 3));
+        assert!(NodeVersion::new(1, 14, 0) < NodeVersion::new(2, 0, 0));
     }
 
     #[test]
     fn since_is_inclusive_removed_in_exclusive_and_unknown_serves() {
         let s = Served {
-            since: Some(Version::new(1, 12, 0)),
-            removed_in: Some(Version::new(1, 14, 0)),
+            since: Some(NodeVersion::new(1, 12, 0)),
+            removed_in: Some(NodeVersion::new(1, 14, 0)),
         };
-        assert!(!s.serves(Some(Version::new(1, 11, 9))));
-        assert!(s.serves(Some(Version::new(1, 12, 0))));
-        assert!(s.serves(Some(Version::new(1, 13, 99))));
-        assert!(!s.serves(Some(Version::new(1, 14, 0))));
+        assert!(!s.serves(Some(NodeVersion::new(1, 11, 9))));
+        assert!(s.serves(Some(NodeVersion::new(1, 12, 0))));
+        assert!(s.serves(Some(NodeVersion::new(1, 13, 99))));
+        assert!(!s.serves(Some(NodeVersion::new(1, 14, 0))));
         assert!(s.serves(None));
-        assert!(Served::ALWAYS.serves(Some(Version::new(0, 0, 0))));
+        assert!(Served::ALWAYS.serves(Some(NodeVersion::new(0, 0, 0))));
         assert!(!Served::ALWAYS.is_versioned() && s.is_versioned() && s.possible());
         let never = Served {
-            since: Some(Version::new(1, 14, 0)),
-            removed_in: Some(Version::new(1, 14, 0)),
+            since: Some(NodeVersion::new(1, 14, 0)),
+            removed_in: Some(NodeVersion::new(1, 14, 0)),
         };
         assert!(!never.possible());
+        let from = Served::since(NodeVersion::new(1, 14, 0));
+        assert!(!from.serves(Some(NodeVersion::new(1, 13, 9))));
+        let until = Served::removed_in(NodeVersion::new(1, 12, 2));
+        assert!(until.serves(Some(NodeVersion::new(1, 12, 1))));
+        assert!(!until.serves(Some(NodeVersion::new(1, 12, 2))));
     }
 }
