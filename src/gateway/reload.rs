@@ -147,14 +147,14 @@ impl Live {
         // The old values put back may not fit what changed around them.
         next.validate()
             .map_err(|e| format!("{e} (with the restart-only settings kept as they are)"))?;
-        describe(old, &next, &mut report.changed);
-
         let generation = Generation::build(
             &next,
             &self.core,
             Some((previous, old)),
             self.background.as_ref(),
         );
+        let methods_changed = previous.registry.all() != generation.registry.all();
+        describe(old, &next, methods_changed, &mut report.changed);
         let reclassed = reclassed(&previous.registry, &generation.registry);
         // The last step that can fail; it changes the pool only when it succeeds.
         let changes = self
@@ -186,7 +186,7 @@ impl Live {
         self.stacks.store(Arc::new(stack));
         self.limiter.store(Arc::new(generation.limiter.clone()));
         if let Some(cache) = &self.core.cache {
-            if previous.registry.all() != generation.registry.all() {
+            if methods_changed {
                 cache.registry_changed(generation.registry.len());
             }
             if !reclassed.is_empty() {
@@ -252,7 +252,7 @@ fn keep_restart_only(old: &Config, next: &mut Config, restart: &mut Vec<String>)
 }
 
 /// The sections that changed, named (never their values: keys and URLs are secrets).
-fn describe(old: &Config, next: &Config, changed: &mut Vec<String>) {
+fn describe(old: &Config, next: &Config, methods_changed: bool, changed: &mut Vec<String>) {
     let sections = [
         ("health", old.health != next.health),
         ("upstream", old.upstream != next.upstream),
@@ -260,11 +260,7 @@ fn describe(old: &Config, next: &Config, changed: &mut Vec<String>) {
         ("admin", old.admin != next.admin),
         ("rate_limit", old.rate_limit != next.rate_limit),
         ("log", old.log != next.log),
-        (
-            "methods",
-            Registry::with_overrides(&old.methods).all()
-                != Registry::with_overrides(&next.methods).all(),
-        ),
+        ("methods", methods_changed),
     ];
     changed.extend(
         sections
