@@ -19,6 +19,9 @@ pub struct ServeArgs {
     /// A node base URL, repeatable (replaces the file's `[[upstreams]]`).
     #[arg(long = "upstream", value_name = "URL")]
     pub upstreams: Vec<String>,
+    /// `text` or `json` (one object per line); overrides `[log] format`.
+    #[arg(long, value_name = "FORMAT")]
+    pub log_format: Option<crate::config::LogFormat>,
 }
 
 /// Flags of `snowgate check`.

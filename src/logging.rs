@@ -6,7 +6,7 @@
 
 use std::sync::OnceLock;
 
-use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::layer::{Layer, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{reload, EnvFilter, Registry};
 
@@ -16,14 +16,25 @@ static FILTER: OnceLock<reload::Handle<EnvFilter, Registry>> = OnceLock::new();
 pub const DEFAULT_FILTER: &str = "info";
 
 /// Installs the subscriber: logs go to stderr (stdout carries the CLI's own output: the listening
-/// line, the demo's help), filtered by `RUST_LOG` or else [`DEFAULT_FILTER`] until the config is
-/// read ([`set_filter`]).
-pub fn init() {
+/// line, the demo's help), as text (colour only when stderr is a terminal) or one JSON object per
+/// line, filtered by `RUST_LOG` or else [`DEFAULT_FILTER`] until the config is read
+/// ([`set_filter`]).
+pub fn init(format: crate::config::LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| DEFAULT_FILTER.into());
     let (filter, handle) = reload::Layer::new(filter);
-    let fmt = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    let fmt = match format {
+        crate::config::LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .boxed(),
+        // The request's span (its id, method, path) rides along as `span`.
+        crate::config::LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .with_writer(std::io::stderr)
+            .with_current_span(true)
+            .with_span_list(false)
+            .boxed(),
+    };
     if tracing_subscriber::registry()
         .with(filter)
         .with(fmt)

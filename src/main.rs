@@ -32,6 +32,21 @@ enum Command {
     Devnode(snowgate::devnode::cli::DevnodeArgs),
 }
 
+/// How to write logs, known before the subscriber starts: `serve --log-format`, else the config
+/// file's `[log] format` (a file that cannot be read is reported by `serve` itself), else text.
+fn log_format(command: &Command) -> snowgate::config::LogFormat {
+    match command {
+        Command::Serve(args) => args.log_format.unwrap_or_else(|| {
+            args.config
+                .as_deref()
+                .and_then(|path| snowgate::Config::read(path).ok())
+                .map(|config| config.log.format)
+                .unwrap_or_default()
+        }),
+        _ => snowgate::config::LogFormat::default(),
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     if let Command::Check(args) = &cli.command {
@@ -41,7 +56,7 @@ fn main() -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    snowgate::logging::init();
+    snowgate::logging::init(log_format(&cli.command));
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         match cli.command {

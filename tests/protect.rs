@@ -622,3 +622,26 @@ async fn refused_unknown_and_unparsable_calls_cost_quota_too() {
         assert_eq!(r.status, 429, "{}", r.body);
     }
 }
+
+/// The ids snowgate makes are UUIDv7s, unique across instances (and restarts): two gateways'
+/// first requests get different ids (a per-process counter gave both `0`).
+#[tokio::test]
+async fn request_ids_are_unique_across_instances() {
+    let a = Cluster::start(1, SLOW_CHAIN, |_| {}).await;
+    let b = Cluster::start(1, SLOW_CHAIN, |_| {}).await;
+    let mut ids = Vec::new();
+    for c in [&a, &b] {
+        let r = post(
+            &format!("{}/ext/bc/P", c.url()),
+            &call("platform.getHeight", "{}"),
+        )
+        .await;
+        let id = r.header("x-request-id").unwrap().to_string();
+        assert_eq!(id.len(), 36, "{id}");
+        assert_eq!(&id[14..15], "7", "not a UUIDv7: {id}");
+        ids.push(id);
+    }
+    assert_ne!(ids[0], ids[1]);
+    a.gateway.shutdown().await;
+    b.gateway.shutdown().await;
+}

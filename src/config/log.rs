@@ -11,6 +11,32 @@ pub struct LogConfig {
     /// A `tracing` filter (`"info"`, `"snowgate=debug,info"`); `RUST_LOG`, when set, wins. The
     /// default is `"info"`.
     pub filter: Option<String>,
+    /// `"text"` (one line per event, colour only on a terminal) or `"json"` (one object per
+    /// line); `--log-format` wins. Read at start only.
+    pub format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// `2026-11-23T20:40:22.858Z  INFO snowgate::cli: snowgate listening addr=127.0.0.1:9650`.
+    #[default]
+    Text,
+    /// `{"timestamp":"…","level":"INFO","fields":{"message":"…",…},"target":"…","span":{…}}`.
+    Json,
+}
+
+impl std::str::FromStr for LogFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<LogFormat, String> {
+        match s {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            _ => Err(format!("{s:?} is not a log format: \"text\" or \"json\"")),
+        }
+    }
 }
 
 impl LogConfig {
@@ -57,15 +83,18 @@ mod tests {
         let hostile = format!("info,[request{{id=(a|b)*a{}}}]=trace", "(a|b)".repeat(30));
         let config = LogConfig {
             filter: Some(hostile),
+            ..Default::default()
         };
         assert!(config.validate().is_ok());
         let long = LogConfig {
             filter: Some(format!("info,{}", "snowgate=debug,".repeat(400))),
+            ..Default::default()
         };
         let e = long.validate().unwrap_err();
         assert_eq!(e.key(), Some("log.filter"));
         let bad = LogConfig {
             filter: Some("info,=[".into()),
+            ..Default::default()
         };
         assert_eq!(bad.validate().unwrap_err().key(), Some("log.filter"));
     }

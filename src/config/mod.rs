@@ -31,7 +31,7 @@ use crate::methods::{MethodOverride, Registry};
 pub use admin::AdminConfig;
 pub use cache::CacheConfig;
 pub use limits::LimitsConfig;
-pub use log::LogConfig;
+pub use log::{LogConfig, LogFormat};
 pub use rate_limit::{ClientIpHeader, KeyQuota, OnRedisDown, QuotaScope, RateLimitConfig};
 pub use redis::RedisConfig;
 pub use server::ServerConfig;

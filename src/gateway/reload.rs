@@ -15,7 +15,7 @@
 //! `[rate_limit]` (a limiter with unchanged settings keeps its buckets), `[methods]` (cached
 //! answers of a method whose cache rule changed are dropped), `[log] filter`. What needs a
 //! restart, logged and answered as such and kept at its old value meanwhile: `[server]`,
-//! `[network]`, `[cache]`, `[redis]`, `limits.max_connections`.
+//! `[network]`, `[cache]`, `[redis]`, `log.format`, `limits.max_connections`.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
@@ -244,6 +244,10 @@ fn keep_restart_only(old: &Config, next: &mut Config, restart: &mut Vec<String>)
     if next.redis != old.redis {
         restart.push("redis".into());
         next.redis = old.redis.clone();
+    }
+    if next.log.format != old.log.format {
+        restart.push("log.format".into());
+        next.log.format = old.log.format;
     }
     if next.limits.max_connections != old.limits.max_connections {
         restart.push("limits.max_connections".into());

@@ -3,7 +3,14 @@
 //!
 //! A client's id is kept when it is a short token (letters, digits, `-_.:`, at most 128 bytes):
 //! enough for UUIDs and trace ids, and nothing that could forge a log field or smuggle bytes to
-//! another system. Anything else is replaced by snowgate's own: a per-process counter in hex.
+//! another system. Anything else is replaced by snowgate's own, a UUIDv7 (RFC 9562): the time in
+//! milliseconds, then 74 bits that are a random number drawn at start plus a per-process counter.
+//! Ids sort by time, and stay unique across restarts and across the instances of a fleet that
+//! write to one log store (a per-process counter alone repeated itself at every restart).
+//!
+//! Why not a fresh random number per request: the counter makes ids unique within a process by
+//! construction (no birthday bound) and costs one atomic add instead of an RNG call; the random
+//! start keeps two processes apart (2^74 starting points).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -28,15 +35,28 @@ pub fn is_request_id_token(id: &[u8]) -> bool {
             .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
 }
 
-/// Makes request ids: a counter shared by every connection of a gateway.
-#[derive(Clone, Default)]
+/// Makes request ids: a random start and a counter shared by every connection of a gateway.
+#[derive(Clone)]
 pub struct RequestIdLayer {
     next: Arc<AtomicU64>,
+    /// The 74 bits after the version and variant, drawn at start (the high 12 go in `rand_a`).
+    seed: (u16, u64),
+}
+
+impl Default for RequestIdLayer {
+    fn default() -> Self {
+        RequestIdLayer::new()
+    }
 }
 
 impl RequestIdLayer {
     pub fn new() -> RequestIdLayer {
-        RequestIdLayer::default()
+        use rand::Rng;
+        let mut rng = rand::thread_rng();
+        RequestIdLayer {
+            next: Arc::new(AtomicU64::new(0)),
+            seed: (rng.gen::<u16>() & 0x0fff, rng.gen::<u64>()),
+        }
     }
 }
 
@@ -47,6 +67,7 @@ impl<S> Layer<S> for RequestIdLayer {
         RequestId {
             inner,
             next: self.next.clone(),
+            seed: self.seed,
         }
     }
 }
@@ -56,25 +77,42 @@ impl<S> Layer<S> for RequestIdLayer {
 pub struct RequestId<S> {
     inner: S,
     next: Arc<AtomicU64>,
+    seed: (u16, u64),
 }
 
 impl<S> RequestId<S> {
     fn make_id(&self) -> HeaderValue {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        // Formatted by hand: `format!` costs an allocation more, per request.
-        let mut buf = [0u8; 16];
-        let mut at = buf.len();
-        let mut rest = n;
-        loop {
-            at -= 1;
-            buf[at] = b"0123456789abcdef"[(rest & 0xf) as usize];
-            rest >>= 4;
-            if rest == 0 {
-                break;
-            }
-        }
-        HeaderValue::from_bytes(&buf[at..]).unwrap_or(HeaderValue::from_static("-"))
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        uuid_v7(ms, self.seed, n)
     }
+}
+
+/// A UUIDv7: `ms` (48 bits), version 7, `rand_a` (12 bits), variant `10`, `rand_b` (62 bits);
+/// the random part is `seed` plus `n` (carried from `rand_b` into `rand_a`), so `n` values a
+/// process draws never repeat. Formatted by hand: `format!` costs an allocation more, per request.
+fn uuid_v7(ms: u64, seed: (u16, u64), n: u64) -> HeaderValue {
+    const LOW_62: u64 = (1 << 62) - 1;
+    let low = (seed.1 & LOW_62) + (n & LOW_62);
+    let carry = (low >> 62) + (n >> 62);
+    let rand_b = low & LOW_62;
+    let rand_a = (u64::from(seed.0) + carry) & 0x0fff;
+    let hi = (ms & 0xffff_ffff_ffff) << 16 | 0x7000 | rand_a;
+    let lo = 0x8000_0000_0000_0000 | rand_b;
+    let value = u128::from(hi) << 64 | u128::from(lo);
+    let mut out = [0u8; 36];
+    let mut at = 0;
+    for i in (0..32).rev() {
+        if matches!(at, 8 | 13 | 18 | 23) {
+            out[at] = b'-';
+            at += 1;
+        }
+        out[at] = b"0123456789abcdef"[((value >> (i * 4)) & 0xf) as usize];
+        at += 1;
+    }
+    HeaderValue::from_bytes(&out).unwrap_or(HeaderValue::from_static("-"))
 }
 
 impl<S, B, ResBody> Service<Request<B>> for RequestId<S>
@@ -171,6 +209,34 @@ mod tests {
         let (first, _) = id_of(&layer, None).await;
         let (second, _) = id_of(&layer, None).await;
         assert_ne!(first, second, "ids are unique");
+    }
+
+    #[test]
+    fn ids_are_uuid_v7_ordered_by_time_and_never_repeat_in_a_process() {
+        let ms = 0x0190_c3e4_7b1a;
+        let id = uuid_v7(ms, (0xabc, 0x0123_4567_89ab_cdef), 0);
+        let text = id.to_str().unwrap_or("");
+        assert_eq!(text, "0190c3e4-7b1a-7abc-8123-456789abcdef");
+        assert!(is_request_id_token(id.as_bytes()));
+        // Version 7, variant 10, for any seed and count (the carry stays in its 12 bits).
+        for (seed, n) in [
+            ((0xfff, u64::MAX), u64::MAX),
+            ((0, 0), 1 << 62),
+            ((0x123, 7), 9),
+        ] {
+            let t = uuid_v7(ms, seed, n).to_str().unwrap_or("").to_string();
+            assert_eq!(&t[14..15], "7", "{t}");
+            assert!(matches!(&t[19..20], "8" | "9" | "a" | "b"), "{t}");
+        }
+        // Consecutive counts differ; a later millisecond sorts after.
+        let seed = (0x5a5, (1 << 62) - 2);
+        let a = uuid_v7(ms, seed, 0);
+        let b = uuid_v7(ms, seed, 1);
+        let c = uuid_v7(ms, seed, 2);
+        assert!(a != b && b != c && a != c);
+        assert!(uuid_v7(ms + 1, seed, 0).as_bytes() > c.as_bytes());
+        // Two layers (two processes) start apart.
+        assert_ne!(RequestIdLayer::new().seed, RequestIdLayer::new().seed);
     }
 
     #[test]

@@ -37,6 +37,9 @@ pub struct Pool {
     pub(super) metrics: Metrics,
     /// The network every node must be on: `[network] id`, or the one more than half of the nodes report.
     pub(super) network: std::sync::OnceLock<u32>,
+    /// The start's first round is over and the network was decided on (or could not be): from
+    /// then on the checks settle it as soon as a majority reports one.
+    pub(super) network_judged: std::sync::atomic::AtomicBool,
     /// The gateway's stop signal, once the health checks run: a node added by a reload gets its
     /// own checker, which stops with it.
     pub(super) checks: Mutex<Option<watch::Receiver<bool>>>,
@@ -96,6 +99,7 @@ impl Pool {
             slot_freed: tokio::sync::Notify::new(),
             metrics,
             network: std::sync::OnceLock::new(),
+            network_judged: std::sync::atomic::AtomicBool::new(false),
             checks: Mutex::new(None),
         })
     }

@@ -260,6 +260,7 @@ impl Pool {
     /// than half of the nodes reported; every node is judged against it.
     pub(crate) fn settle_network(&self, configured: Option<u32>) {
         self.expect_network(configured);
+        self.network_judged.store(true, Ordering::Relaxed);
         let members = self.members();
         let reported: Vec<u32> = members
             .upstreams
@@ -291,7 +292,9 @@ impl Pool {
     /// Settles the pool's network once more than half of its nodes report one, when it was not
     /// known at start (nodes down, or a tie); then judges every node against it.
     fn settle_network_late(&self) {
-        if self.network.get().is_some() {
+        // Before the start's own decision (`settle_network`, after the first round), or once
+        // settled, there is nothing to do here.
+        if self.network.get().is_some() || !self.network_judged.load(Ordering::Relaxed) {
             return;
         }
         let members = self.members();
