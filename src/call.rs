@@ -60,6 +60,24 @@ pub trait HitProbe: Send + Sync {
     fn would_hit(&self, call: &RpcCall) -> bool;
 }
 
+/// What one HTTP request came to, as the decoding layer leaves it on the answer (an extension)
+/// for the trace layer's duration histogram and access log line.
+#[derive(Debug, Clone, Default)]
+pub struct RequestSummary {
+    /// The method of a single call (`None`: a batch, or refused before a method was known).
+    pub method: Option<Arc<MethodSpec>>,
+    /// Calls in the body: 1, a batch's length, or 0 when the body was refused whole.
+    pub calls: usize,
+    /// The body was a batch.
+    pub batch: bool,
+    /// `HIT`, `MISS` or `BYPASS` for a single call that got an answer.
+    pub cache: Option<&'static str>,
+    /// The upstream that answered a single call.
+    pub upstream: Option<Arc<str>>,
+    /// The client's address, as the rate limiter saw it.
+    pub client: Option<IpAddr>,
+}
+
 /// What a config reload did, as `POST /snowgate/reload` answers it and the log tells it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -34,6 +34,8 @@ pub struct Metrics {
     pub best_height: IntGauge,
     /// Request body bytes buffered now (set when `/metrics` is read).
     pub body_buffered: IntGauge,
+    /// Whole client requests, from their arrival to their answer, by method and cache result.
+    pub request_duration: HistogramVec,
     /// Config reloads by result (`ok`, `error`).
     pub config_reloads: IntCounterVec,
     /// When the config in force was loaded (Unix seconds): at start, then at each reload that
@@ -133,6 +135,18 @@ impl Metrics {
             "Request body bytes buffered now, over all connections",
         )
         .expect("static metric definition is valid");
+        let request_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "snowgate_request_duration_seconds",
+                "Client requests from arrival to answer, by method (`batch` for a batch, `-` for none) and cache result",
+            )
+            .buckets(vec![
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                1.0, 2.5, 5.0, 10.0,
+            ]),
+            &["method", "cache"],
+        )
+        .expect("static metric definition is valid");
         let config_reloads = IntCounterVec::new(
             Opts::new(
                 "snowgate_config_reloads_total",
@@ -149,6 +163,7 @@ impl Metrics {
         for c in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(config_reloads.clone()),
+            Box::new(request_duration.clone()),
             Box::new(config_loaded.clone()),
             Box::new(http_rejections.clone()),
             Box::new(upstream_requests.clone()),
@@ -180,6 +195,7 @@ impl Metrics {
             body_buffered,
             config_reloads,
             config_loaded,
+            request_duration,
         }
     }
 
@@ -235,6 +251,55 @@ impl CounterTable {
         let mut labels: Vec<&str> = prefix.to_vec();
         labels.push(column);
         self.vec.with_label_values(&labels)
+    }
+}
+
+/// Histograms of one `HistogramVec` by (method, cache result), resolved once per cell and kept,
+/// like [`CounterTable`]: rows are methods by [`crate::methods::MethodSpec::index`], then `-` (no
+/// method: refused before one was known, or snowgate's own endpoints) and `batch`; columns the
+/// cache results.
+pub struct HistogramTable {
+    vec: HistogramVec,
+    names: Vec<String>,
+    rows: Vec<[std::sync::OnceLock<prometheus::Histogram>; 4]>,
+}
+
+/// The values of the `cache` label of `snowgate_request_duration_seconds`.
+pub const CACHE_RESULTS: [&str; 4] = ["HIT", "MISS", "BYPASS", "-"];
+
+impl HistogramTable {
+    /// A table over `vec` for the methods `names` (in registry order), plus `-` and `batch`.
+    pub fn new(vec: HistogramVec, mut names: Vec<String>) -> HistogramTable {
+        names.push("-".into());
+        names.push("batch".into());
+        let rows = names.iter().map(|_| Default::default()).collect();
+        HistogramTable { vec, names, rows }
+    }
+
+    /// The row of calls without a method (`-`).
+    pub fn none_row(&self) -> usize {
+        self.names.len() - 2
+    }
+
+    /// The row of batches.
+    pub fn batch_row(&self) -> usize {
+        self.names.len() - 1
+    }
+
+    /// Records `seconds` in `row` under the cache result `cache` (`None`: `-`).
+    pub fn observe(&self, row: usize, cache: Option<&str>, seconds: f64) {
+        let col = cache
+            .and_then(|c| CACHE_RESULTS.iter().position(|r| *r == c))
+            .unwrap_or(3);
+        let Some(cells) = self.rows.get(row) else {
+            return;
+        };
+        cells[col]
+            .get_or_init(|| {
+                self.vec
+                    .with_label_values(&[&self.names[row], CACHE_RESULTS[col]])
+            })
+            .observe(seconds);
     }
 }
 

@@ -145,6 +145,8 @@ pub struct Stack {
     pub(crate) limits: crate::config::LimitsConfig,
     /// Proxies exempt from `max_connections_per_ip` (`rate_limit.trusted_proxies`).
     pub(crate) trusted_proxies: Vec<ipnet::IpNet>,
+    /// Request durations and the access log (per generation: its rows follow the registry).
+    pub(crate) trace: TraceLayer,
 }
 
 impl Stack {
@@ -168,7 +170,7 @@ impl Stack {
             // 1. Outermost, so that every answer and log line of the request has the id.
             .layer(self.request_ids.clone())
             // 2. Inside the id, whose value the span records.
-            .layer(TraceLayer)
+            .layer(self.trace.clone())
             // 3. Before routing: a node answers preflights before its router.
             .layer(CorsLayer::new())
             // 4. Over everything that makes an answer, so that each one closes while draining.

@@ -76,3 +76,88 @@ async fn text_logs_have_no_colour_in_a_file() {
     assert!(!logs.contains('\u{1b}'), "{logs}");
     assert!(serde_json::from_str::<serde_json::Value>(logs.lines().next().unwrap()).is_err());
 }
+
+/// `[log] access = true`: one line per client request with its id, client, method (or `batch`
+/// and its count), status, cache result, upstream and duration; never params, never keys. Every
+/// request is also measured in `snowgate_request_duration_seconds{method,cache}`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_access_log_has_one_line_per_request_and_no_secret() {
+    let node = DevNode::spawn(DevNodeConfig::default()).await.unwrap();
+    let key = "access-log-admin-key-0123456789";
+    let config = format!(
+        "[log]\naccess = true\nformat = \"json\"\n[admin]\napi_keys = [\"{key}\"]\n[rate_limit]\nenabled = false\n[[upstreams]]\nname = \"n\"\nurl = \"{}\"\n",
+        node.url()
+    );
+    let served = Served::start(&config, "info");
+    let url = format!("{}/ext/bc/P", served.url);
+    let secret_param = "0xsecretparamvalue";
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"platform.getBalance","params":{{"addresses":["P-{secret_param}"]}}}}"#
+    );
+    let auth = format!("Bearer {key}");
+    let r = support::post_with(
+        &url,
+        &body,
+        &[("authorization", &auth), ("x-request-id", "acc-1")],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = post(&url, &call("platform.getHeight", "{}")).await;
+    assert_eq!(r.status, 200);
+    let r = post(&url, &call("platform.getHeight", "{}")).await;
+    assert_eq!(r.header("x-cache"), Some("HIT"));
+    let batch = format!(
+        "[{},{}]",
+        call("platform.getHeight", "{}"),
+        call("info.getNetworkID", "{}")
+    );
+    let r = post(&url, &batch).await;
+    assert_eq!(r.status, 200);
+    let access = |logs: &str| -> Vec<serde_json::Value> {
+        logs.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["target"] == "snowgate::access")
+            .collect()
+    };
+    assert!(
+        support::eventually(std::time::Duration::from_secs(5), || access(&served.logs())
+            .len()
+            >= 4)
+        .await,
+        "{}",
+        served.logs()
+    );
+    let lines = access(&served.logs());
+    let first = &lines[0]["fields"];
+    assert_eq!(first["request_id"], "acc-1", "{first}");
+    assert_eq!(first["method"], "platform.getBalance");
+    assert_eq!(first["status"], 200);
+    assert_eq!(first["client"], "127.0.0.1");
+    assert_eq!(first["upstream"], "n");
+    assert_eq!(first["calls"], 1);
+    assert!(first["duration_ms"].as_f64().is_some(), "{first}");
+    assert_eq!(lines[2]["fields"]["cache"], "HIT");
+    assert_eq!(lines[3]["fields"]["method"], "batch");
+    assert_eq!(lines[3]["fields"]["calls"], 2);
+    let logs = served.logs();
+    assert!(!logs.contains(secret_param), "params in the log");
+    assert!(!logs.contains(key), "a key in the log");
+    let metrics = support::client()
+        .get(format!("{}/metrics", served.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(
+            r#"snowgate_request_duration_seconds_count{cache="HIT",method="platform.getHeight"} 1"#
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"snowgate_request_duration_seconds_count{cache="-",method="batch"} 1"#),
+        "{metrics}"
+    );
+}

@@ -14,6 +14,10 @@ pub struct LogConfig {
     /// `"text"` (one line per event, colour only on a terminal) or `"json"` (one object per
     /// line); `--log-format` wins. Read at start only.
     pub format: LogFormat,
+    /// One line per client request at info (target `snowgate::access`): request id, client
+    /// address, method (or `batch` and its count), HTTP status, cache result, upstream, duration.
+    /// Never params, never keys. Changes on a reload.
+    pub access: bool,
 }
 
 /// How log lines are written.

@@ -29,8 +29,9 @@ use crate::http::admin::Admin;
 use crate::http::decode::Decoding;
 use crate::http::request_id::RequestIdLayer;
 use crate::http::router::Routes;
+use crate::http::trace::{RequestLog, TraceLayer};
 use crate::methods::Registry;
-use crate::metrics::{CounterTable, Metrics, OUTCOMES};
+use crate::metrics::{CounterTable, HistogramTable, Metrics, OUTCOMES};
 use crate::policy::AdminKeys;
 use crate::ratelimit::Limiter;
 use crate::shared::Shared;
@@ -380,6 +381,13 @@ impl Generation {
             )),
             limits: config.limits.clone(),
             trusted_proxies: config.rate_limit.trusted_proxies.clone(),
+            trace: TraceLayer::new(Arc::new(RequestLog {
+                durations: HistogramTable::new(
+                    core.metrics.request_duration.clone(),
+                    self.registry.all().iter().map(|m| m.name.clone()).collect(),
+                ),
+                access: config.log.access,
+            })),
         }
     }
 }

@@ -28,20 +28,19 @@ where
         path: &'static str,
         raw: &[u8],
         caller: &Caller,
-    ) -> HttpResponse {
+    ) -> (HttpResponse, usize) {
         let elements = gojson::array_elements(raw).unwrap_or_default();
         let limit = self.shared.limits.batch_len;
         if elements.is_empty() {
-            return self
-                .refuse_whole(ProxyError::EmptyBatch, caller)
-                .into_response();
+            let refused = self.refuse_whole(ProxyError::EmptyBatch, caller);
+            return (refused.into_response(), 0);
         }
         if elements.len() > limit {
             let e = ProxyError::BatchTooLong {
                 len: elements.len(),
                 limit,
             };
-            return self.refuse_whole(e, caller).into_response();
+            return (self.refuse_whole(e, caller).into_response(), 0);
         }
         type Pending<'a> =
             std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send + 'a>>;
@@ -49,20 +48,21 @@ where
             .into_iter()
             .map(|e| Box::pin(self.one(family, path, e, caller, true)) as Pending<'_>)
             .collect();
+        let len = calls.len();
         let outcomes: Vec<Outcome> = futures_util::stream::iter(calls)
             .buffered(self.shared.limits.batch_concurrency)
             .collect()
             .await;
         let retry_after = outcomes.iter().filter_map(|o| o.retry_after).max();
         let Some(body) = join(outcomes.into_iter().filter_map(|o| o.body)) else {
-            return empty();
+            return (empty(), len);
         };
         let mut r = json(StatusCode::OK, body);
         if let Some(secs) = retry_after {
             r.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
-        r
+        (r, len)
     }
 }
 

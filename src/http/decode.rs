@@ -20,7 +20,7 @@ use tower::{Layer, Service, ServiceExt};
 use super::router::RpcRequest;
 use super::{empty, json, HttpResponse};
 use crate::body::Chunks;
-use crate::call::{Answer, AnswerKind, Caller, RpcCall};
+use crate::call::{Answer, AnswerKind, Caller, RequestSummary, RpcCall};
 use crate::config::LimitsConfig;
 use crate::error::ProxyError;
 use crate::jsonrpc::{self, gojson, Verdict};
@@ -95,6 +95,12 @@ where
     }
 }
 
+/// `response` with what the request came to (for the trace layer).
+fn summarized(mut response: HttpResponse, summary: RequestSummary) -> HttpResponse {
+    response.extensions_mut().insert(summary);
+    response
+}
+
 /// What one call (single or inside a batch) comes to.
 pub(super) struct Outcome {
     /// The JSON-RPC answer (with its trailing newline); `None` for a notification.
@@ -102,6 +108,10 @@ pub(super) struct Outcome {
     pub(super) status: StatusCode,
     pub(super) retry_after: Option<u64>,
     pub(super) cache: Option<&'static str>,
+    /// The call's method, when it was known.
+    pub(super) method: Option<Arc<MethodSpec>>,
+    /// The upstream that answered.
+    pub(super) upstream: Option<Arc<str>>,
 }
 
 impl Outcome {
@@ -127,6 +137,8 @@ impl Outcome {
             status: StatusCode::OK,
             retry_after: None,
             cache: None,
+            method: None,
+            upstream: None,
         }
     }
 
@@ -139,6 +151,8 @@ impl Outcome {
                 _ => None,
             },
             cache: None,
+            method: None,
+            upstream: None,
         }
     }
 }
@@ -157,19 +171,29 @@ where
             caller,
         } = req;
         let depth = self.shared.limits.depth;
+        let mut summary = RequestSummary {
+            client: Some(caller.ip),
+            ..Default::default()
+        };
         if gojson::nesting_depth(&body) > depth {
             let e = ProxyError::TooDeep(depth);
-            return self.refuse_whole(e, &caller).into_response();
+            return summarized(self.refuse_whole(e, &caller).into_response(), summary);
         }
         let first = body.iter().find(|c| !c.is_ascii_whitespace());
         if first == Some(&b'[') {
             if let Ok(range) = gojson::scan_value(&body) {
-                return self.batch(family, path, &body[range], &caller).await;
+                let (response, calls) = self.batch(family, path, &body[range], &caller).await;
+                summary.calls = calls;
+                summary.batch = true;
+                return summarized(response, summary);
             }
         }
-        self.one(family, path, &body, &caller, false)
-            .await
-            .into_response()
+        let outcome = self.one(family, path, &body, &caller, false).await;
+        summary.calls = 1;
+        summary.method = outcome.method.clone();
+        summary.cache = outcome.cache;
+        summary.upstream = outcome.upstream.clone();
+        summarized(outcome.into_response(), summary)
     }
 
     /// One call. Inside a batch, envelope errors follow JSON-RPC 2.0 (-32600 for an element that
@@ -257,6 +281,8 @@ where
                     status: StatusCode::OK,
                     retry_after: None,
                     cache: Some(answer.cache.header()),
+                    method: Some(spec),
+                    upstream: answer.upstream,
                 }
             }
             Err(e) => {
@@ -303,11 +329,11 @@ where
     fn refuse(
         &self,
         e: ProxyError,
-        spec: Option<&MethodSpec>,
+        spec: Option<&Arc<MethodSpec>>,
         caller: &Caller,
         id: Option<&[u8]>,
     ) -> Outcome {
-        self.count(spec, e.outcome());
+        self.count(spec.map(|s| &**s), e.outcome());
         let method = spec.map_or("-", |s| s.name.as_str());
         let request_id = caller.request_id();
         // Quoted as a whole: the error's text can carry a client's method name.
@@ -328,7 +354,10 @@ where
             // answered, with a null id).
             return Outcome::silent();
         }
-        Outcome::error(&e, id)
+        Outcome {
+            method: spec.cloned(),
+            ..Outcome::error(&e, id)
+        }
     }
 }
 

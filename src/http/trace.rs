@@ -1,5 +1,8 @@
 //! Tracing: one span per request, so that every log line of a request (a refused call, a failed
 //! node) can be tied to it, and at debug level a line per answer with its status and latency.
+//! Here too each request's whole duration is measured, from its arrival to its answer, into
+//! `snowgate_request_duration_seconds{method,cache}` (from what the decoding layer left on the
+//! answer: [`RequestSummary`]), and with `[log] access = true` written as one access line.
 //!
 //! Under the request id layer, whose id the span carries. Client-chosen values (method, path, id)
 //! are recorded with `?`, quoted and escaped, so a path cannot write fake fields into a log line.
@@ -8,24 +11,45 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http::{HeaderValue, Request, Response};
 use tower::{Layer, Service};
 use tracing::Span;
 
 use super::X_REQUEST_ID;
+use crate::call::RequestSummary;
+use crate::metrics::HistogramTable;
 
-/// Opens a span per request.
-#[derive(Clone, Copy, Default)]
-pub struct TraceLayer;
+/// What the layer records of each request: its duration, and the access line if asked for.
+pub struct RequestLog {
+    pub durations: HistogramTable,
+    /// `[log] access`.
+    pub access: bool,
+}
+
+/// Opens a span per request and measures it.
+#[derive(Clone)]
+pub struct TraceLayer {
+    log: Arc<RequestLog>,
+}
+
+impl TraceLayer {
+    pub fn new(log: Arc<RequestLog>) -> TraceLayer {
+        TraceLayer { log }
+    }
+}
 
 impl<S> Layer<S> for TraceLayer {
     type Service = Trace<S>;
 
     fn layer(&self, inner: S) -> Trace<S> {
-        Trace { inner }
+        Trace {
+            inner,
+            log: self.log.clone(),
+        }
     }
 }
 
@@ -33,6 +57,7 @@ impl<S> Layer<S> for TraceLayer {
 #[derive(Clone)]
 pub struct Trace<S> {
     inner: S,
+    log: Arc<RequestLog>,
 }
 
 impl<S, B, ResBody> Service<Request<B>> for Trace<S>
@@ -57,7 +82,9 @@ where
             method = ?req.method(),
             path = ?req.uri().path()
         );
-        let started = tracing::enabled!(tracing::Level::DEBUG).then(Instant::now);
+        // Kept for the access line (the header value is reference-counted, not copied).
+        let request_id = self.log.access.then(|| id.clone());
+        let started = Instant::now();
         let inner = {
             let _entered = span.enter();
             self.inner.call(req)
@@ -66,6 +93,8 @@ where
             inner,
             span,
             started,
+            log: self.log.clone(),
+            request_id,
         }
     }
 }
@@ -76,7 +105,9 @@ pin_project_lite::pin_project! {
         #[pin]
         inner: F,
         span: Span,
-        started: Option<Instant>,
+        started: Instant,
+        log: Arc<RequestLog>,
+        request_id: Option<HeaderValue>,
     }
 }
 
@@ -90,9 +121,50 @@ where
         let this = self.project();
         let _entered = this.span.enter();
         let out = std::task::ready!(this.inner.poll(cx));
-        if let (Some(started), Ok(response)) = (this.started.take(), &out) {
-            tracing::debug!(status = response.status().as_u16(), latency = ?started.elapsed(), "answered");
+        if let Ok(response) = &out {
+            let elapsed = this.started.elapsed();
+            let summary = response.extensions().get::<RequestSummary>();
+            let table = &this.log.durations;
+            let row = match summary {
+                Some(s) if s.batch => table.batch_row(),
+                Some(RequestSummary {
+                    method: Some(spec), ..
+                }) => spec.index,
+                _ => table.none_row(),
+            };
+            table.observe(row, summary.and_then(|s| s.cache), elapsed.as_secs_f64());
+            tracing::debug!(status = response.status().as_u16(), latency = ?elapsed, "answered");
+            if let Some(id) = this.request_id.take() {
+                access_line(&id, response.status().as_u16(), summary, elapsed);
+            }
         }
         Poll::Ready(out)
     }
+}
+
+/// One access line: who asked what, what came of it, how long it took. Never params, never keys:
+/// the method is a registered name, the upstream a configured name, the client an address.
+fn access_line(id: &HeaderValue, status: u16, summary: Option<&RequestSummary>, took: Duration) {
+    let none = RequestSummary::default();
+    let s = summary.unwrap_or(&none);
+    let method = match (&s.method, s.batch) {
+        (_, true) => "batch",
+        (Some(spec), false) => spec.name.as_str(),
+        (None, false) => "-",
+    };
+    let client = s
+        .client
+        .map_or_else(|| "-".to_string(), |ip| ip.to_string());
+    tracing::info!(
+        target: "snowgate::access",
+        request_id = id.to_str().unwrap_or("-"),
+        client = client.as_str(),
+        method,
+        calls = s.calls,
+        status,
+        cache = s.cache.unwrap_or("-"),
+        upstream = s.upstream.as_deref().unwrap_or("-"),
+        duration_ms = (took.as_secs_f64() * 1e6).round() / 1e3,
+        "request"
+    );
 }
