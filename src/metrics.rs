@@ -39,6 +39,8 @@ pub struct Metrics {
     /// When the config in force was loaded (Unix seconds): at start, then at each reload that
     /// succeeded.
     pub config_loaded: IntGauge,
+    /// Client connections open now, by protocol (`http1`, `http2`).
+    pub open_connections: IntGaugeVec,
 }
 
 impl Default for Metrics {
@@ -146,6 +148,19 @@ impl Metrics {
             "When the config in force was loaded (start or last successful reload), Unix time",
         )
         .expect("static metric definition is valid");
+        let open_connections = IntGaugeVec::new(
+            Opts::new(
+                "snowgate_open_connections",
+                "Client connections open now, by protocol (http1 until a connection's first HTTP/2 request)",
+            ),
+            &["protocol"],
+        )
+        .expect("static metric definition is valid");
+        // Both protocols are exposed from the start (at 0), so a dashboard's series exist before
+        // the first connection of each.
+        for protocol in ["http1", "http2"] {
+            open_connections.with_label_values(&[protocol]);
+        }
         for c in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(config_reloads.clone()),
@@ -160,6 +175,7 @@ impl Metrics {
             Box::new(body_buffered.clone()),
             Box::new(upstream_info.clone()),
             Box::new(upstream_network_mismatch.clone()),
+            Box::new(open_connections.clone()),
         ] {
             registry
                 .register(c)
@@ -180,6 +196,7 @@ impl Metrics {
             body_buffered,
             config_reloads,
             config_loaded,
+            open_connections,
         }
     }
 

@@ -21,6 +21,11 @@
 //!
 //! They are enforced by one watchdog task per connection that sleeps until the next deadline, not
 //! by a timer per request.
+//!
+//! Each admitted connection is counted in `snowgate_open_connections{protocol}` while its task
+//! lives (refused ones never are): as `http1` until its first HTTP/2 request moves it to `http2`.
+//! The gauges are touched per connection, and once more at that first HTTP/2 request: no lock, no
+//! label lookup per request.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -315,6 +320,63 @@ impl<B: http_body::Body + Unpin> http_body::Body for Tracked<B> {
     }
 }
 
+/// The `snowgate_open_connections` gauges, one per protocol, resolved once for the listener.
+#[derive(Clone)]
+struct OpenGauges {
+    http1: prometheus::IntGauge,
+    http2: prometheus::IntGauge,
+}
+
+impl OpenGauges {
+    fn new(metrics: &crate::metrics::Metrics) -> OpenGauges {
+        OpenGauges {
+            http1: metrics.open_connections.with_label_values(&["http1"]),
+            http2: metrics.open_connections.with_label_values(&["http2"]),
+        }
+    }
+
+    /// Counts an admitted connection open, as HTTP/1.1 until it shows itself HTTP/2; the guard
+    /// counts it closed when dropped, under the protocol it had by then.
+    fn open(&self, activity: Arc<Activity>) -> OpenConnection {
+        self.http1.inc();
+        OpenConnection {
+            gauges: self.clone(),
+            activity,
+        }
+    }
+}
+
+/// One admitted connection in `snowgate_open_connections`, until dropped: held by the connection
+/// task, so every way it ends (closed, drained, cut at the drain deadline, the runtime dropped)
+/// counts it closed exactly once.
+struct OpenConnection {
+    gauges: OpenGauges,
+    activity: Arc<Activity>,
+}
+
+impl OpenConnection {
+    /// Moves the connection from `http1` to `http2`, at its first HTTP/2 request (once: the flag
+    /// is swapped by the first only).
+    fn saw_http2(gauges: &OpenGauges, activity: &Activity) {
+        if !activity.http2.swap(true, Ordering::Relaxed) {
+            gauges.http1.dec();
+            gauges.http2.inc();
+        }
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        // Every request of the connection ran its service call (which sets the flag) in the
+        // connection task, before this guard is dropped there.
+        if self.activity.http2.load(Ordering::Relaxed) {
+            self.gauges.http2.dec();
+        } else {
+            self.gauges.http1.dec();
+        }
+    }
+}
+
 /// Open connections per client address, for `max_connections_per_ip`.
 struct PerIp {
     open: parking_lot::Mutex<HashMap<IpAddr, usize>>,
@@ -446,6 +508,8 @@ pub async fn run(
     let per_ip = Arc::new(PerIp {
         open: parking_lot::Mutex::new(HashMap::new()),
     });
+    // The metrics live as long as the gateway, whatever reloads swap: resolved once here.
+    let gauges = OpenGauges::new(stacks.load().metrics());
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -515,8 +579,11 @@ pub async fn run(
         };
         let _ = stream.set_nodelay(true);
         let activity = Arc::new(Activity::new());
+        // Counted from here (never a refused connection) until the connection task ends.
+        let open = gauges.open(activity.clone());
         let conn_info = Arc::new(ConnInfo::new(peer, limits.connection_body_bytes));
-        let service = connection_service(stacks.clone(), conn_info, activity.clone());
+        let service =
+            connection_service(stacks.clone(), conn_info, activity.clone(), gauges.clone());
         let builder = builder.clone();
         let watching = tokio::spawn(watchdog(
             activity.clone(),
@@ -562,6 +629,8 @@ pub async fn run(
                 tracing::debug!(error = %e, %peer, "connection ended with an error");
             }
             watching.abort();
+            // Counted closed before the drain can see this task gone.
+            drop(open);
             drop(closing);
         });
     }
@@ -584,6 +653,7 @@ fn connection_service(
     stacks: Arc<ArcSwap<Stack>>,
     conn: Arc<ConnInfo>,
     activity: Arc<Activity>,
+    gauges: OpenGauges,
 ) -> impl Service<Request<Incoming>, Response = Response<Body>, Error = Infallible, Future = impl Send>
        + Clone
        + Send
@@ -592,8 +662,9 @@ fn connection_service(
         let activity = activity.clone();
         activity.in_flight.fetch_add(1, Ordering::Relaxed);
         activity.requests.fetch_add(1, Ordering::Relaxed);
-        if req.version() == http::Version::HTTP_2 {
-            activity.http2.store(true, Ordering::Relaxed);
+        // A load first: the swap (a write) happens once per connection, not per request.
+        if req.version() == http::Version::HTTP_2 && !activity.http2.load(Ordering::Relaxed) {
+            OpenConnection::saw_http2(&gauges, &activity);
         }
         // The stack in force now: a reload reaches kept-alive connections at their next request.
         let answer = stacks.load().http::<Incoming>(conn.clone()).oneshot(req);

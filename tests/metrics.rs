@@ -1,0 +1,177 @@
+//! The gateway-wide metrics, scraped from a live gateway's `GET /metrics` over HTTP: open
+//! connections by protocol, the build info, the process collector, and the README's metric table
+//! against what a gateway exposes and what the code defines.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use support::{call, client, h2_connect, h2_posts, read_until_closed, Cluster};
+
+/// The body of `GET /metrics` over a connection of its own that the gateway closes after the
+/// answer (`Connection: close`; while it is read, it is one open HTTP/1.1 connection), or `None`
+/// when the gateway refused it (at `max_connections`).
+async fn try_scrape(url: &str) -> Option<String> {
+    let r = client()
+        .get(format!("{url}/metrics"))
+        .header("connection", "close")
+        .send()
+        .await
+        .ok()?;
+    if r.status() != 200 {
+        return None;
+    }
+    r.text().await.ok()
+}
+
+/// The value of the sample `series` (name and labels exactly as exposed), if exposed.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix(series)?;
+        rest.strip_prefix(' ')?.trim().parse().ok()
+    })
+}
+
+/// `snowgate_open_connections` for `protocol` (panics when not exposed).
+fn open(text: &str, protocol: &str) -> i64 {
+    let series = format!("snowgate_open_connections{{protocol=\"{protocol}\"}}");
+    sample(text, &series).unwrap_or_else(|| panic!("{series} missing from:\n{text}")) as i64
+}
+
+/// Scrapes until the open connections are `(http1, http2)` (the scrape's own connection among
+/// the `http1` ones), for at most 10 s; the last figures seen otherwise.
+async fn open_becomes(url: &str, want: (i64, i64)) -> (i64, i64) {
+    let start = Instant::now();
+    loop {
+        // A scrape refused (a closed connection's slot not given back yet) is tried again.
+        if let Some(m) = try_scrape(url).await {
+            let seen = (open(&m, "http1"), open(&m, "http2"));
+            if seen == want || start.elapsed() > Duration::from_secs(10) {
+                return seen;
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no scrape answered for 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+type H1Sender = hyper::client::conn::http1::SendRequest<Empty<Bytes>>;
+
+/// An HTTP/1.1 keep-alive connection to the gateway that has had one request answered.
+async fn h1_connection(addr: std::net::SocketAddr) -> (H1Sender, tokio::task::JoinHandle<()>) {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    let task = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let req = http::Request::get("/health")
+        .header("host", addr.to_string())
+        .body(Empty::new())
+        .unwrap();
+    let answer = sender.send_request(req).await.unwrap();
+    answer.into_body().collect().await.unwrap();
+    (sender, task)
+}
+
+#[tokio::test]
+async fn open_connections_are_counted_by_protocol_and_moved_at_the_first_http2_request() {
+    let c = Cluster::start(1, Duration::from_millis(200), |_| {}).await;
+    let url = c.url();
+    let addr = c.gateway.addr();
+    assert_eq!(open_becomes(&url, (1, 0)).await, (1, 0), "only the scrape");
+
+    let mut h1 = Vec::new();
+    for _ in 0..3 {
+        h1.push(h1_connection(addr).await);
+    }
+    assert_eq!(open_becomes(&url, (4, 0)).await, (4, 0));
+
+    // An HTTP/2 connection is an http1 one until its first request shows what it is.
+    let mut h2 = h2_connect(addr, 65_535).await;
+    assert_eq!(open_becomes(&url, (5, 0)).await, (5, 0));
+    let body = call("info.getNetworkID", "{}");
+    for s in h2_posts(&mut h2, &format!("{url}/ext/info"), &body, 3).await {
+        assert!(s.await.unwrap().is_some(), "an HTTP/2 call answered");
+    }
+    assert_eq!(
+        open_becomes(&url, (4, 1)).await,
+        (4, 1),
+        "moved once, whatever its number of requests"
+    );
+    let mut h2b = h2_connect(addr, 65_535).await;
+    for s in h2_posts(&mut h2b, &format!("{url}/ext/info"), &body, 1).await {
+        assert!(s.await.unwrap().is_some());
+    }
+    assert_eq!(open_becomes(&url, (4, 2)).await, (4, 2));
+
+    // Closed by the client: each counted closed once, under its protocol.
+    drop(h2);
+    assert_eq!(open_becomes(&url, (4, 1)).await, (4, 1));
+    for (sender, task) in h1.drain(..) {
+        drop(sender);
+        task.await.unwrap();
+    }
+    drop(h2b);
+    assert_eq!(open_becomes(&url, (1, 0)).await, (1, 0));
+    c.gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn refused_connections_are_not_counted_and_closed_ones_are_counted_closed_once() {
+    let c = Cluster::start(1, Duration::from_millis(200), |config| {
+        config.limits.max_connections = 3;
+        // Kept-alive connections without a request are closed by the gateway after this.
+        config.limits.idle_timeout = Duration::from_secs(3);
+        config.limits.header_timeout = Duration::from_secs(3);
+    })
+    .await;
+    let url = c.url();
+    let addr = c.gateway.addr();
+    let held = [h1_connection(addr).await, h1_connection(addr).await];
+    assert_eq!(open_becomes(&url, (3, 0)).await, (3, 0));
+
+    // Over max_connections (2 held, and one more taken below): answered 503 and closed, never
+    // counted (nor counted closed).
+    let _third = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut refused = Vec::new();
+    for _ in 0..3 {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let answer = read_until_closed(&mut s, Duration::from_secs(10))
+            .await
+            .unwrap();
+        refused.push(String::from_utf8_lossy(&answer).into_owned());
+    }
+    assert!(
+        refused.iter().all(|a| a.starts_with("HTTP/1.1 503")),
+        "{refused:?}"
+    );
+    drop(_third);
+    assert_eq!(open_becomes(&url, (3, 0)).await, (3, 0));
+
+    // Closed by the gateway (idle): counted closed.
+    let seen = open_becomes(&url, (1, 0)).await;
+    assert_eq!(seen, (1, 0), "the idle connections closed");
+    drop(held);
+
+    // Drained at shutdown: a connection open then is counted closed by the time it is done.
+    let metrics = c.gateway.metrics().clone();
+    let (_sender, _task) = h1_connection(addr).await;
+    let gauge = metrics.open_connections.with_label_values(&["http1"]);
+    assert_eq!(gauge.get(), 1);
+    c.gateway.shutdown().await;
+    assert!(
+        support::eventually(Duration::from_secs(10), || gauge.get() == 0).await,
+        "drained: {}",
+        gauge.get()
+    );
+}
