@@ -43,6 +43,12 @@ pub struct Metrics {
     pub open_connections: IntGaugeVec,
 }
 
+/// The crate version snowgate was built as (`snowgate_build_info`'s `version`).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The git commit snowgate was built from (12 hex digits, found by `build.rs`), or `unknown`
+/// outside a git checkout (`snowgate_build_info`'s `git_commit`).
+pub const GIT_COMMIT: &str = env!("SNOWGATE_GIT_COMMIT");
+
 impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
@@ -156,6 +162,15 @@ impl Metrics {
             &["protocol"],
         )
         .expect("static metric definition is valid");
+        let build_info = IntGaugeVec::new(
+            Opts::new(
+                "snowgate_build_info",
+                "1, labelled with the version and git commit snowgate was built from",
+            ),
+            &["version", "git_commit"],
+        )
+        .expect("static metric definition is valid");
+        build_info.with_label_values(&[VERSION, GIT_COMMIT]).set(1);
         // Both protocols are exposed from the start (at 0), so a dashboard's series exist before
         // the first connection of each.
         for protocol in ["http1", "http2"] {
@@ -176,6 +191,7 @@ impl Metrics {
             Box::new(upstream_info.clone()),
             Box::new(upstream_network_mismatch.clone()),
             Box::new(open_connections.clone()),
+            Box::new(build_info),
         ] {
             registry
                 .register(c)

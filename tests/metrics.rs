@@ -11,6 +11,11 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use support::{call, client, h2_connect, h2_posts, read_until_closed, Cluster};
 
+/// The body of `GET /metrics` (see [`try_scrape`]).
+async fn scrape(url: &str) -> String {
+    try_scrape(url).await.expect("GET /metrics answered 200")
+}
+
 /// The body of `GET /metrics` over a connection of its own that the gateway closes after the
 /// answer (`Connection: close`; while it is read, it is one open HTTP/1.1 connection), or `None`
 /// when the gateway refused it (at `max_connections`).
@@ -174,4 +179,39 @@ async fn refused_connections_are_not_counted_and_closed_ones_are_counted_closed_
         "drained: {}",
         gauge.get()
     );
+}
+
+#[tokio::test]
+async fn build_info_names_the_version_and_the_git_commit() {
+    let c = Cluster::start(1, Duration::from_millis(200), |_| {}).await;
+    let m = scrape(&c.url()).await;
+    let line = m
+        .lines()
+        .find(|l| l.starts_with("snowgate_build_info{"))
+        .unwrap_or_else(|| panic!("no build info in:\n{m}"));
+    assert!(line.ends_with("} 1"), "{line}");
+    let label = |name: &str| {
+        let start = line.find(&format!("{name}=\"")).unwrap() + name.len() + 2;
+        line[start..][..line[start..].find('"').unwrap()].to_string()
+    };
+    assert_eq!(label("version"), env!("CARGO_PKG_VERSION"));
+    let commit = label("git_commit");
+    let git = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    match git {
+        // Built from this checkout (an override by SNOWGATE_GIT_COMMIT aside).
+        Some(head) if std::env::var_os("SNOWGATE_GIT_COMMIT").is_none() => {
+            assert_eq!(commit, head, "{line}")
+        }
+        _ => assert!(
+            commit == "unknown" || commit.chars().all(|c| c.is_ascii_hexdigit()),
+            "{line}"
+        ),
+    }
+    c.gateway.shutdown().await;
 }
