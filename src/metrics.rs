@@ -197,6 +197,14 @@ impl Metrics {
                 .register(c)
                 .expect("each metric is registered once");
         }
+        // The process's own figures (memory, CPU, file descriptors, start time), read from /proc
+        // at each scrape.
+        #[cfg(target_os = "linux")]
+        registry
+            .register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ))
+            .expect("the process collector is registered once");
         Metrics {
             registry,
             requests,

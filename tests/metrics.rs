@@ -215,3 +215,22 @@ async fn build_info_names_the_version_and_the_git_commit() {
     }
     c.gateway.shutdown().await;
 }
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn the_process_collector_reports_memory_cpu_and_file_descriptors() {
+    let c = Cluster::start(1, Duration::from_millis(200), |_| {}).await;
+    let m = scrape(&c.url()).await;
+    for name in [
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+        "process_start_time_seconds",
+    ] {
+        let v = sample(&m, name).unwrap_or_else(|| panic!("{name} missing from:\n{m}"));
+        assert!(v > 0.0, "{name} {v}");
+    }
+    let cpu = sample(&m, "process_cpu_seconds_total").unwrap();
+    assert!(cpu >= 0.0, "{cpu}");
+    c.gateway.shutdown().await;
+}
