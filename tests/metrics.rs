@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
-use support::{call, client, h2_connect, h2_posts, read_until_closed, Cluster};
+use support::{call, client, h2_connect, h2_posts, post, read_until_closed, Cluster};
 
 /// The body of `GET /metrics` (see [`try_scrape`]).
 async fn scrape(url: &str) -> String {
@@ -233,4 +233,159 @@ async fn the_process_collector_reports_memory_cpu_and_file_descriptors() {
     let cpu = sample(&m, "process_cpu_seconds_total").unwrap();
     assert!(cpu >= 0.0, "{cpu}");
     c.gateway.shutdown().await;
+}
+
+/// The metric families of an exposition (`# TYPE NAME KIND`).
+fn families(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The rows of README.md's "## Metrics" table: the metric names of the first cell, and the row.
+fn readme_metric_rows() -> Vec<(Vec<String>, String)> {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let section = readme
+        .split("\n## Metrics\n")
+        .nth(1)
+        .expect("README.md has a \"## Metrics\" section");
+    let section = section.split("\n## ").next().unwrap();
+    section
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|row| {
+            let first = row.split('|').nth(1).unwrap_or_default();
+            let names = first
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect();
+            (names, row.to_string())
+        })
+        .collect()
+}
+
+/// Every `.rs` file under `src/`, concatenated.
+fn source_text() -> String {
+    fn walk(dir: &std::path::Path, out: &mut String) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push_str(&std::fs::read_to_string(&path).unwrap());
+            }
+        }
+    }
+    let mut out = String::new();
+    walk(
+        std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src")),
+        &mut out,
+    );
+    out
+}
+
+/// The quoted strings of the `const NAME: &[&str] = &[...]` in `source`.
+fn const_list(source: &str, name: &str) -> Vec<String> {
+    let start = source
+        .find(&format!("const {name}: &[&str] = &["))
+        .unwrap_or_else(|| panic!("no const {name}"));
+    let list = &source[start..];
+    let list = &list[list.find("&[").unwrap() + 2..list.find("];").unwrap()];
+    list.split('"')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test]
+async fn the_readme_metric_table_lists_every_metric_exposed_and_no_other() {
+    let c = Cluster::start(1, Duration::from_millis(200), |config| {
+        config.rate_limit.enabled = true;
+        config.rate_limit.requests_per_second = 1;
+        config.rate_limit.burst = 10;
+    })
+    .await;
+    let url = c.url();
+    let info = format!("{url}/ext/info");
+    // A call, then the same again (a cache hit), then calls until one is rate limited.
+    let mut statuses = Vec::new();
+    for _ in 0..40 {
+        let r = post(&info, &call("info.getNetworkID", "{}")).await;
+        statuses.push(r.status);
+        if r.status == 429 {
+            break;
+        }
+    }
+    assert_eq!(statuses.first(), Some(&200), "{statuses:?}");
+    assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
+    let m = scrape(&url).await;
+    for series in ["result=\"hit\"", "outcome=\"rate_limited\""] {
+        assert!(m.contains(series), "{series} missing from:\n{m}");
+    }
+    c.gateway.shutdown().await;
+
+    let rows = readme_metric_rows();
+    let documented: Vec<&str> = rows
+        .iter()
+        .flat_map(|(names, _)| names.iter().map(String::as_str))
+        .collect();
+    let undocumented: Vec<String> = families(&m)
+        .into_iter()
+        .filter(|f| !documented.contains(&f.as_str()))
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "exposed but not in README.md's metric table: {undocumented:?}"
+    );
+
+    // Each row names a metric the code defines (the process collector's come from the
+    // prometheus crate: those must be exposed).
+    let source = source_text();
+    let unknown: Vec<&str> = documented
+        .iter()
+        .copied()
+        .filter(|name| {
+            let defined = source.contains(&format!("\"{name}\""));
+            let collected = name.starts_with("process_") && families(&m).iter().any(|f| f == name);
+            !defined && !collected
+        })
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "in README.md's metric table but in no source: {unknown:?}"
+    );
+
+    // Each outcome the code counts is listed in its row.
+    for (metric, values) in [
+        (
+            "snowgate_upstream_requests_total",
+            const_list(&source, "UPSTREAM_OUTCOMES"),
+        ),
+        (
+            "snowgate_requests_total",
+            snowgate::metrics::OUTCOMES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        ),
+    ] {
+        let (_, row) = rows
+            .iter()
+            .find(|(names, _)| names.iter().any(|n| n == metric))
+            .unwrap_or_else(|| panic!("no README row for {metric}"));
+        let missing: Vec<&String> = values
+            .iter()
+            .filter(|v| !row.contains(&format!("`{v}`")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "{metric}: outcomes missing from its README row: {missing:?}"
+        );
+    }
 }
