@@ -83,6 +83,9 @@ struct Activity {
     /// Milliseconds from `started` (plus one, so zero means "not blocked") to the first write the
     /// socket refused since it was last flushed: the client has stopped reading since then.
     write_blocked_ms: AtomicU64,
+    /// The `snowgate_open_connections` gauges this connection is counted in (kept here, not in
+    /// the service, which is cloned per request).
+    gauges: OpenGauges,
 }
 
 const OPEN: u8 = 0;
@@ -90,8 +93,9 @@ const CLOSE: u8 = 1;
 const ABORT: u8 = 2;
 
 impl Activity {
-    fn new() -> Activity {
+    fn new(gauges: OpenGauges) -> Activity {
         Activity {
+            gauges,
             started: Instant::now(),
             in_flight: AtomicUsize::new(0),
             last_ms: AtomicU64::new(0),
@@ -334,33 +338,29 @@ impl OpenGauges {
             http2: metrics.open_connections.with_label_values(&["http2"]),
         }
     }
-
-    /// Counts an admitted connection open, as HTTP/1.1 until it shows itself HTTP/2; the guard
-    /// counts it closed when dropped, under the protocol it had by then.
-    fn open(&self, activity: Arc<Activity>) -> OpenConnection {
-        self.http1.inc();
-        OpenConnection {
-            gauges: self.clone(),
-            activity,
-        }
-    }
 }
 
 /// One admitted connection in `snowgate_open_connections`, until dropped: held by the connection
 /// task, so every way it ends (closed, drained, cut at the drain deadline, the runtime dropped)
 /// counts it closed exactly once.
 struct OpenConnection {
-    gauges: OpenGauges,
     activity: Arc<Activity>,
 }
 
 impl OpenConnection {
+    /// Counts an admitted connection open, as HTTP/1.1 until it shows itself HTTP/2; the guard
+    /// counts it closed when dropped, under the protocol it had by then.
+    fn new(activity: Arc<Activity>) -> OpenConnection {
+        activity.gauges.http1.inc();
+        OpenConnection { activity }
+    }
+
     /// Moves the connection from `http1` to `http2`, at its first HTTP/2 request (once: the flag
     /// is swapped by the first only).
-    fn saw_http2(gauges: &OpenGauges, activity: &Activity) {
+    fn saw_http2(activity: &Activity) {
         if !activity.http2.swap(true, Ordering::Relaxed) {
-            gauges.http1.dec();
-            gauges.http2.inc();
+            activity.gauges.http1.dec();
+            activity.gauges.http2.inc();
         }
     }
 }
@@ -369,10 +369,11 @@ impl Drop for OpenConnection {
     fn drop(&mut self) {
         // Every request of the connection ran its service call (which sets the flag) in the
         // connection task, before this guard is dropped there.
+        let gauges = &self.activity.gauges;
         if self.activity.http2.load(Ordering::Relaxed) {
-            self.gauges.http2.dec();
+            gauges.http2.dec();
         } else {
-            self.gauges.http1.dec();
+            gauges.http1.dec();
         }
     }
 }
@@ -578,12 +579,11 @@ pub async fn run(
             }
         };
         let _ = stream.set_nodelay(true);
-        let activity = Arc::new(Activity::new());
+        let activity = Arc::new(Activity::new(gauges.clone()));
         // Counted from here (never a refused connection) until the connection task ends.
-        let open = gauges.open(activity.clone());
+        let open = OpenConnection::new(activity.clone());
         let conn_info = Arc::new(ConnInfo::new(peer, limits.connection_body_bytes));
-        let service =
-            connection_service(stacks.clone(), conn_info, activity.clone(), gauges.clone());
+        let service = connection_service(stacks.clone(), conn_info, activity.clone());
         let builder = builder.clone();
         let watching = tokio::spawn(watchdog(
             activity.clone(),
@@ -653,7 +653,6 @@ fn connection_service(
     stacks: Arc<ArcSwap<Stack>>,
     conn: Arc<ConnInfo>,
     activity: Arc<Activity>,
-    gauges: OpenGauges,
 ) -> impl Service<Request<Incoming>, Response = Response<Body>, Error = Infallible, Future = impl Send>
        + Clone
        + Send
@@ -664,7 +663,7 @@ fn connection_service(
         activity.requests.fetch_add(1, Ordering::Relaxed);
         // A load first: the swap (a write) happens once per connection, not per request.
         if req.version() == http::Version::HTTP_2 && !activity.http2.load(Ordering::Relaxed) {
-            OpenConnection::saw_http2(&gauges, &activity);
+            OpenConnection::saw_http2(&activity);
         }
         // The stack in force now: a reload reaches kept-alive connections at their next request.
         let answer = stacks.load().http::<Incoming>(conn.clone()).oneshot(req);
