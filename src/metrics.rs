@@ -41,7 +41,15 @@ pub struct Metrics {
     /// When the config in force was loaded (Unix seconds): at start, then at each reload that
     /// succeeded.
     pub config_loaded: IntGauge,
+    /// Client connections open now, by protocol (`http1`, `http2`).
+    pub open_connections: IntGaugeVec,
 }
+
+/// The crate version snowgate was built as (`snowgate_build_info`'s `version`).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The git commit snowgate was built from (12 hex digits, found by `build.rs`), or `unknown`
+/// outside a git checkout (`snowgate_build_info`'s `git_commit`).
+pub const GIT_COMMIT: &str = env!("SNOWGATE_GIT_COMMIT");
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -160,6 +168,28 @@ impl Metrics {
             "When the config in force was loaded (start or last successful reload), Unix time",
         )
         .expect("static metric definition is valid");
+        let open_connections = IntGaugeVec::new(
+            Opts::new(
+                "snowgate_open_connections",
+                "Client connections open now, by protocol (http1 until a connection's first HTTP/2 request)",
+            ),
+            &["protocol"],
+        )
+        .expect("static metric definition is valid");
+        let build_info = IntGaugeVec::new(
+            Opts::new(
+                "snowgate_build_info",
+                "1, labelled with the version and git commit snowgate was built from",
+            ),
+            &["version", "git_commit"],
+        )
+        .expect("static metric definition is valid");
+        build_info.with_label_values(&[VERSION, GIT_COMMIT]).set(1);
+        // Both protocols are exposed from the start (at 0), so a dashboard's series exist before
+        // the first connection of each.
+        for protocol in ["http1", "http2"] {
+            open_connections.with_label_values(&[protocol]);
+        }
         for c in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(config_reloads.clone()),
@@ -175,11 +205,21 @@ impl Metrics {
             Box::new(body_buffered.clone()),
             Box::new(upstream_info.clone()),
             Box::new(upstream_network_mismatch.clone()),
+            Box::new(open_connections.clone()),
+            Box::new(build_info),
         ] {
             registry
                 .register(c)
                 .expect("each metric is registered once");
         }
+        // The process's own figures (memory, CPU, file descriptors, start time), read from /proc
+        // at each scrape.
+        #[cfg(target_os = "linux")]
+        registry
+            .register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ))
+            .expect("the process collector is registered once");
         Metrics {
             registry,
             requests,
@@ -196,6 +236,7 @@ impl Metrics {
             config_reloads,
             config_loaded,
             request_duration,
+            open_connections,
         }
     }
 

@@ -21,6 +21,11 @@
 //!
 //! They are enforced by one watchdog task per connection that sleeps until the next deadline, not
 //! by a timer per request.
+//!
+//! Each admitted connection is counted in `snowgate_open_connections{protocol}` while its task
+//! lives (refused ones never are): as `http1` until its first HTTP/2 request moves it to `http2`.
+//! The gauges are touched per connection, and once more at that first HTTP/2 request: no lock, no
+//! label lookup per request.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -78,6 +83,9 @@ struct Activity {
     /// Milliseconds from `started` (plus one, so zero means "not blocked") to the first write the
     /// socket refused since it was last flushed: the client has stopped reading since then.
     write_blocked_ms: AtomicU64,
+    /// The `snowgate_open_connections` gauges this connection is counted in (kept here, not in
+    /// the service, which is cloned per request).
+    gauges: OpenGauges,
 }
 
 const OPEN: u8 = 0;
@@ -85,8 +93,9 @@ const CLOSE: u8 = 1;
 const ABORT: u8 = 2;
 
 impl Activity {
-    fn new() -> Activity {
+    fn new(gauges: OpenGauges) -> Activity {
         Activity {
+            gauges,
             started: Instant::now(),
             in_flight: AtomicUsize::new(0),
             last_ms: AtomicU64::new(0),
@@ -315,6 +324,60 @@ impl<B: http_body::Body + Unpin> http_body::Body for Tracked<B> {
     }
 }
 
+/// The `snowgate_open_connections` gauges, one per protocol, resolved once for the listener.
+#[derive(Clone)]
+struct OpenGauges {
+    http1: prometheus::IntGauge,
+    http2: prometheus::IntGauge,
+}
+
+impl OpenGauges {
+    fn new(metrics: &crate::metrics::Metrics) -> OpenGauges {
+        OpenGauges {
+            http1: metrics.open_connections.with_label_values(&["http1"]),
+            http2: metrics.open_connections.with_label_values(&["http2"]),
+        }
+    }
+}
+
+/// One admitted connection in `snowgate_open_connections`, until dropped: held by the connection
+/// task, so every way it ends (closed, drained, cut at the drain deadline, the runtime dropped)
+/// counts it closed exactly once.
+struct OpenConnection {
+    activity: Arc<Activity>,
+}
+
+impl OpenConnection {
+    /// Counts an admitted connection open, as HTTP/1.1 until it shows itself HTTP/2; the guard
+    /// counts it closed when dropped, under the protocol it had by then.
+    fn new(activity: Arc<Activity>) -> OpenConnection {
+        activity.gauges.http1.inc();
+        OpenConnection { activity }
+    }
+
+    /// Moves the connection from `http1` to `http2`, at its first HTTP/2 request (once: the flag
+    /// is swapped by the first only).
+    fn saw_http2(activity: &Activity) {
+        if !activity.http2.swap(true, Ordering::Relaxed) {
+            activity.gauges.http1.dec();
+            activity.gauges.http2.inc();
+        }
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        // Every request of the connection ran its service call (which sets the flag) in the
+        // connection task, before this guard is dropped there.
+        let gauges = &self.activity.gauges;
+        if self.activity.http2.load(Ordering::Relaxed) {
+            gauges.http2.dec();
+        } else {
+            gauges.http1.dec();
+        }
+    }
+}
+
 /// Open connections per client address, for `max_connections_per_ip`.
 struct PerIp {
     open: parking_lot::Mutex<HashMap<IpAddr, usize>>,
@@ -446,6 +509,8 @@ pub async fn run(
     let per_ip = Arc::new(PerIp {
         open: parking_lot::Mutex::new(HashMap::new()),
     });
+    // The metrics live as long as the gateway, whatever reloads swap: resolved once here.
+    let gauges = OpenGauges::new(stacks.load().metrics());
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -514,7 +579,9 @@ pub async fn run(
             }
         };
         let _ = stream.set_nodelay(true);
-        let activity = Arc::new(Activity::new());
+        let activity = Arc::new(Activity::new(gauges.clone()));
+        // Counted from here (never a refused connection) until the connection task ends.
+        let open = OpenConnection::new(activity.clone());
         let conn_info = Arc::new(ConnInfo::new(peer, limits.connection_body_bytes));
         let service = connection_service(stacks.clone(), conn_info, activity.clone());
         let builder = builder.clone();
@@ -562,6 +629,8 @@ pub async fn run(
                 tracing::debug!(error = %e, %peer, "connection ended with an error");
             }
             watching.abort();
+            // Counted closed before the drain can see this task gone.
+            drop(open);
             drop(closing);
         });
     }
@@ -592,8 +661,9 @@ fn connection_service(
         let activity = activity.clone();
         activity.in_flight.fetch_add(1, Ordering::Relaxed);
         activity.requests.fetch_add(1, Ordering::Relaxed);
-        if req.version() == http::Version::HTTP_2 {
-            activity.http2.store(true, Ordering::Relaxed);
+        // A load first: the swap (a write) happens once per connection, not per request.
+        if req.version() == http::Version::HTTP_2 && !activity.http2.load(Ordering::Relaxed) {
+            OpenConnection::saw_http2(&activity);
         }
         // The stack in force now: a reload reaches kept-alive connections at their next request.
         let answer = stacks.load().http::<Incoming>(conn.clone()).oneshot(req);
