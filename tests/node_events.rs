@@ -1,0 +1,160 @@
+//! A node's state changes in the real binary's log (text and JSON) and in `/metrics`: down at
+//! start, back, lagging behind the pool and in sync again, each one line `upstream state changed`
+//! with the node's name, its new state and why, and one count of
+//! `snowgate_upstream_state_changes_total`.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use support::binary::Served;
+
+/// Fast checks (and, with blocks every 100 ms, a frozen node lags within a few checks).
+const HEALTH: &str = "[health]\ninterval = \"200ms\"\ntimeout = \"150ms\"\nmax_lag_blocks = 2\nfailure_threshold = 1\nrecovery_threshold = 1\n";
+
+fn config(nodes: &[snowgate::devnode::DevNode], extra: &str) -> String {
+    let mut c = format!("{extra}[rate_limit]\nenabled = false\n{HEALTH}");
+    for (i, n) in nodes.iter().enumerate() {
+        c.push_str(&format!(
+            "[[upstreams]]\nname = \"node-{i}\"\nurl = \"{}\"\n",
+            n.url()
+        ));
+    }
+    c
+}
+
+/// The text lines of state changes of `node`.
+fn changes(logs: &str, node: &str) -> Vec<String> {
+    logs.lines()
+        .filter(|l| l.contains("upstream state changed"))
+        .filter(|l| l.contains(&format!("upstream={node} ")))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The first line of `node`'s changes that contains every one of `parts`, within 10 s.
+async fn wait_line(served: &Served, node: &str, parts: &[&str]) -> String {
+    let found = |logs: &str| {
+        changes(logs, node)
+            .into_iter()
+            .find(|l| parts.iter().all(|p| l.contains(p)))
+    };
+    support::eventually(Duration::from_secs(10), || found(&served.logs()).is_some()).await;
+    let logs = served.logs();
+    found(&logs).unwrap_or_else(|| panic!("no line of {node} with {parts:?} in:\n{logs}"))
+}
+
+/// The number after `name=` in a text line.
+fn number(line: &str, name: &str) -> u64 {
+    let at = line
+        .find(&format!(" {name}="))
+        .unwrap_or_else(|| panic!("no {name} in {line}"));
+    line[at + name.len() + 2..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .unwrap_or_else(|_| panic!("{name} is not a plain number in {line}"))
+}
+
+/// A node down at start says so (with its fault), comes back; a frozen node lags (its height
+/// and the best) and catches up; each change counted in `/metrics`; no address in any line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_down_lagging_and_back_is_one_line_each() {
+    let (_net, nodes) = support::devnodes(1, 3, Duration::from_millis(100)).await;
+    nodes[2].control().go_down().await;
+    let served = Served::start(&config(&nodes, ""), "info");
+
+    let down = wait_line(&served, "node-2", &["state=unhealthy"]).await;
+    assert!(down.contains("reason=\"connect refused\""), "{down}");
+    assert!(down.contains("WARN"), "{down}");
+    assert!(
+        !down.contains("height"),
+        "never answered: no height: {down}"
+    );
+    nodes[2].control().come_up().await.unwrap();
+    let back = wait_line(&served, "node-2", &["state=healthy"]).await;
+    assert!(back.contains("reason=\"recovered\""), "{back}");
+    number(&back, "height");
+
+    // Healthy at the first check: joined.
+    let joined = wait_line(&served, "node-0", &["state=healthy"]).await;
+    assert!(joined.contains("reason=\"joined\""), "{joined}");
+
+    nodes[1].control().freeze();
+    let lagging = wait_line(&served, "node-1", &["state=lagging"]).await;
+    assert!(lagging.contains("reason=\"lag\""), "{lagging}");
+    let (height, best) = (number(&lagging, "height"), number(&lagging, "best"));
+    assert!(height + 2 < best, "{lagging}");
+    nodes[1].control().unfreeze();
+    let in_sync = wait_line(&served, "node-1", &["state=in_sync"]).await;
+    assert!(
+        number(&in_sync, "height") + 2 >= number(&in_sync, "best"),
+        "{in_sync}"
+    );
+    // One line per change: node-1 lagged once and caught up once.
+    let logs = served.logs();
+    assert_eq!(changes(&logs, "node-1").len(), 3, "{logs}");
+    assert_eq!(changes(&logs, "node-2").len(), 2, "{logs}");
+    for node in &nodes {
+        for line in logs
+            .lines()
+            .filter(|l| l.contains("upstream state changed"))
+        {
+            assert!(
+                !line.contains(&node.addr().to_string()),
+                "an address: {line}"
+            );
+        }
+    }
+    assert!(!logs.contains("Some("), "{logs}");
+
+    let metrics = support::client()
+        .get(format!("{}/metrics", served.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for series in [
+        "snowgate_upstream_state_changes_total{reason=\"connect refused\",to=\"unhealthy\",upstream=\"node-2\"} 1",
+        "snowgate_upstream_state_changes_total{reason=\"recovered\",to=\"healthy\",upstream=\"node-2\"} 1",
+        "snowgate_upstream_state_changes_total{reason=\"joined\",to=\"healthy\",upstream=\"node-0\"} 1",
+        "snowgate_upstream_state_changes_total{reason=\"lag\",to=\"lagging\",upstream=\"node-1\"} 1",
+        "snowgate_upstream_state_changes_total{reason=\"lag\",to=\"in_sync\",upstream=\"node-1\"} 1",
+    ] {
+        assert!(metrics.contains(series), "no {series} in:\n{metrics}");
+    }
+}
+
+/// `[log] format = "json"`: the same changes as objects, `fields.upstream`, `fields.state`,
+/// `fields.reason`, and the height a number (absent while unknown).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_state_changes_are_objects_with_fields() {
+    let (_net, nodes) = support::devnodes(1, 2, Duration::from_millis(100)).await;
+    nodes[1].control().go_down().await;
+    let served = Served::start(&config(&nodes, "[log]\nformat = \"json\"\n"), "info");
+    let changes = |state: &str| -> Option<serde_json::Value> {
+        served.logs().lines().find_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            let f = &v["fields"];
+            (f["message"] == "upstream state changed"
+                && f["upstream"] == "node-1"
+                && f["state"] == state)
+                .then_some(v)
+        })
+    };
+    support::eventually(Duration::from_secs(10), || changes("unhealthy").is_some()).await;
+    let down = changes("unhealthy").unwrap_or_else(|| panic!("{}", served.logs()));
+    assert_eq!(down["level"], "WARN", "{down}");
+    assert_eq!(down["fields"]["reason"], "connect refused", "{down}");
+    assert!(down["fields"].get("height").is_none(), "{down}");
+
+    nodes[1].control().come_up().await.unwrap();
+    support::eventually(Duration::from_secs(10), || changes("healthy").is_some()).await;
+    let back = changes("healthy").unwrap_or_else(|| panic!("{}", served.logs()));
+    assert_eq!(back["fields"]["reason"], "recovered", "{back}");
+    assert!(back["fields"]["height"].is_u64(), "{back}");
+}
