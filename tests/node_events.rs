@@ -158,3 +158,55 @@ async fn json_state_changes_are_objects_with_fields() {
     assert_eq!(back["fields"]["reason"], "recovered", "{back}");
     assert!(back["fields"]["height"].is_u64(), "{back}");
 }
+
+/// A node taken out by failed requests says so (`by="requests"`, the fault); a reload's nodes
+/// say they were removed or added (then joined).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ejected_by_requests_and_a_reload_are_lines_too() {
+    let (_net, nodes) = support::devnodes(1, 2, Duration::from_millis(100)).await;
+    // Checks far apart: only requests can take the node out within the test.
+    let config = |upstreams: &[(&str, &snowgate::devnode::DevNode)]| {
+        let mut c = "[rate_limit]\nenabled = false\n[health]\ninterval = \"30s\"\npassive_failures = 1\n[cache]\nenabled = false\n".to_string();
+        for (name, node) in upstreams {
+            c.push_str(&format!(
+                "[[upstreams]]\nname = \"{name}\"\nurl = \"{}\"\n",
+                node.url()
+            ));
+        }
+        c
+    };
+    let served = Served::start(
+        &config(&[("node-0", &nodes[0]), ("node-1", &nodes[1])]),
+        "info",
+    );
+    wait_line(&served, "node-1", &["state=healthy", "reason=\"joined\""]).await;
+    nodes[1].control().go_down().await;
+    for _ in 0..50 {
+        let r = support::post(
+            &format!("{}/ext/bc/P", served.url),
+            &support::call("platform.getHeight", "{}"),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        let logs = served.logs();
+        if changes(&logs, "node-1")
+            .iter()
+            .any(|l| l.contains("state=unhealthy"))
+        {
+            break;
+        }
+    }
+    let out = wait_line(&served, "node-1", &["state=unhealthy"]).await;
+    assert!(out.contains("by=\"requests\""), "{out}");
+    assert!(out.contains("reason=\"connect refused\""), "{out}");
+    number(&out, "height");
+
+    let text = config(&[("node-0", &nodes[0]), ("node-9", &nodes[0])]);
+    let text = format!("[server]\nlisten = \"127.0.0.1:0\"\n{text}");
+    std::fs::write(served.config_path(), text).unwrap();
+    served.signal("HUP");
+    let removed = wait_line(&served, "node-1", &["state=removed"]).await;
+    assert!(removed.contains("reason=\"reload\""), "{removed}");
+    wait_line(&served, "node-9", &["state=added", "reason=\"reload\""]).await;
+    wait_line(&served, "node-9", &["state=healthy", "reason=\"joined\""]).await;
+}
