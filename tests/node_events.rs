@@ -210,3 +210,48 @@ async fn ejected_by_requests_and_a_reload_are_lines_too() {
     wait_line(&served, "node-9", &["state=added", "reason=\"reload\""]).await;
     wait_line(&served, "node-9", &["state=healthy", "reason=\"joined\""]).await;
 }
+
+/// The shared tier's Redis going down and coming back: one `shared tier: Redis down` line (with
+/// why) and one `shared tier: Redis up` each time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_tier_says_down_and_up() {
+    let (_net, nodes) = support::devnodes(1, 1, Duration::from_millis(100)).await;
+    let mut redis = support::redis::RedisServer::start();
+    let url = redis.url();
+    let served = Served::start(
+        &config(&nodes, &format!("[redis]\nurl = \"{url}\"\n")),
+        "info",
+    );
+    let count = |what: &str| served.logs().lines().filter(|l| l.contains(what)).count();
+    assert!(
+        support::eventually(Duration::from_secs(10), || count("shared tier: Redis up")
+            == 1)
+        .await,
+        "{}",
+        served.logs()
+    );
+    redis.kill();
+    assert!(
+        support::eventually(Duration::from_secs(10), || count("shared tier: Redis down")
+            == 1)
+        .await,
+        "{}",
+        served.logs()
+    );
+    let down = served
+        .logs()
+        .lines()
+        .find(|l| l.contains("shared tier: Redis down"))
+        .map(str::to_string)
+        .unwrap();
+    assert!(down.contains("reason="), "{down}");
+    redis.restart();
+    assert!(
+        support::eventually(Duration::from_secs(15), || count("shared tier: Redis up")
+            == 2)
+        .await,
+        "{}",
+        served.logs()
+    );
+    assert_eq!(count("shared tier: Redis down"), 1, "{}", served.logs());
+}
