@@ -255,3 +255,45 @@ async fn the_redis_tier_says_down_and_up() {
     );
     assert_eq!(count("shared tier: Redis down"), 1, "{}", served.logs());
 }
+
+/// A node on another network than `[network] id` says so at error, with what it reported and
+/// what was expected, counted with reason `network`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_on_another_network_is_an_error_line() {
+    let (_main, mut nodes) = support::devnodes(1, 1, Duration::from_millis(100)).await;
+    let (_fuji, fuji) = support::devnodes(5, 1, Duration::from_millis(100)).await;
+    nodes.extend(fuji);
+    let served = Served::start(&config(&nodes, "[network]\nid = 1\n"), "info");
+    let line = wait_line(&served, "node-1", &["state=network_mismatch"]).await;
+    assert!(line.contains("ERROR"), "{line}");
+    assert!(line.contains("reason=\"network\""), "{line}");
+    assert_eq!(
+        (number(&line, "reported"), number(&line, "expected")),
+        (5, 1),
+        "{line}"
+    );
+    let logs = served.logs();
+    assert!(
+        changes(&logs, "node-0")
+            .iter()
+            .all(|l| !l.contains("network")),
+        "{logs}"
+    );
+    // It answers well, but it never joined the pool.
+    assert!(
+        changes(&logs, "node-1")
+            .iter()
+            .all(|l| !l.contains("joined")),
+        "{logs}"
+    );
+    let metrics = support::client()
+        .get(format!("{}/metrics", served.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let series = "snowgate_upstream_state_changes_total{reason=\"network\",to=\"network_mismatch\",upstream=\"node-1\"} 1";
+    assert!(metrics.contains(series), "no {series} in:\n{metrics}");
+}

@@ -127,9 +127,12 @@ impl Pool {
                 s.lagging = false;
             }
             let height = s.height;
+            // A node on another network takes no traffic however well it answers: its
+            // mismatch line says so, a `joined` would not be true.
+            let serves = s.network_ok();
             match (first, was, s.healthy) {
-                (true, _, true) => Some(NodeEvent::Joined { height }),
-                (false, false, true) => Some(NodeEvent::Back { height }),
+                (true, _, true) if serves => Some(NodeEvent::Joined { height }),
+                (false, false, true) if serves => Some(NodeEvent::Back { height }),
                 // A node down at start says so at once, as one taken out later does.
                 (true, _, false) | (false, true, false) => {
                     s.last_error.map(|fault| NodeEvent::Unhealthy {
