@@ -30,6 +30,8 @@ pub struct Metrics {
     pub upstream_network_mismatch: IntGaugeVec,
     /// Requests in flight per upstream.
     pub upstream_in_flight: IntGaugeVec,
+    /// Changes of an upstream's state, by the state it went to and why (as logged).
+    pub upstream_state_changes: IntCounterVec,
     /// Best accepted height in the pool.
     pub best_height: IntGauge,
     /// Request body bytes buffered now (set when `/metrics` is read).
@@ -136,6 +138,14 @@ impl Metrics {
             &["upstream"],
         )
         .expect("static metric definition is valid");
+        let upstream_state_changes = IntCounterVec::new(
+            Opts::new(
+                "snowgate_upstream_state_changes_total",
+                "Changes of an upstream's state, by the state it went to and the reason",
+            ),
+            &["upstream", "to", "reason"],
+        )
+        .expect("static metric definition is valid");
         let best_height = IntGauge::new("snowgate_best_height", "Best P-chain height in the pool")
             .expect("static metric definition is valid");
         let body_buffered = IntGauge::new(
@@ -201,6 +211,7 @@ impl Metrics {
             Box::new(upstream_healthy.clone()),
             Box::new(upstream_height.clone()),
             Box::new(upstream_in_flight.clone()),
+            Box::new(upstream_state_changes.clone()),
             Box::new(best_height.clone()),
             Box::new(body_buffered.clone()),
             Box::new(upstream_info.clone()),
@@ -231,6 +242,7 @@ impl Metrics {
             upstream_info,
             upstream_network_mismatch,
             upstream_in_flight,
+            upstream_state_changes,
             best_height,
             body_buffered,
             config_reloads,

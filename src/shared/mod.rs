@@ -372,7 +372,7 @@ impl Shared {
         self.renew();
         self.metrics.up.set(0);
         self.metrics.breaker.set(State::Open as i64);
-        tracing::warn!(redis = %self.shown, why, "shared tier down: answering without Redis until it is back");
+        tracing::warn!(redis = %self.shown, reason = why, "shared tier: Redis down, answering without it until it is back");
     }
 
     /// One probe of Redis: connects if needed (a cluster's first connection), then `PING`, both
@@ -411,7 +411,7 @@ impl Shared {
     fn report(&self, why: &str) {
         let mut last = self.last_error.lock();
         if last.as_deref() != Some(why) {
-            tracing::warn!(redis = %self.shown, error = %why, "shared tier: Redis unavailable, answering without it");
+            tracing::warn!(redis = %self.shown, reason = %why, "shared tier: Redis unavailable, answering without it");
             *last = Some(why.to_string());
         }
     }
@@ -462,7 +462,7 @@ impl Shared {
                 self.metrics.up.set(1);
                 self.metrics.breaker.set(State::Closed as i64);
                 *self.last_error.lock() = None;
-                tracing::info!(redis = %self.shown, "shared tier up: using Redis");
+                tracing::info!(redis = %self.shown, "shared tier: Redis up");
             }
             Err(why) => {
                 self.breaker.probe_failed();

@@ -120,6 +120,8 @@ pub(crate) struct HealthState {
     pub(crate) network_mismatch: bool,
     /// Its network could not be read while the pool's is known: it takes no traffic until it is.
     pub(crate) network_unknown: bool,
+    /// Healthy but behind the pool's heights at the last judgement (kept to log the change once).
+    pub(crate) lagging: bool,
 }
 
 impl HealthState {
@@ -262,6 +264,11 @@ impl Heights {
     pub(crate) fn implausible(&self, height: Option<u64>) -> bool {
         height.is_some_and(|h| h > self.ceiling)
     }
+}
+
+/// Whether a node that would take traffic but for its height is behind the pool's floor.
+pub(crate) fn lagging(state: &HealthState, heights: &Heights) -> bool {
+    state.healthy && state.network_ok() && state.height.is_some_and(|h| h < heights.floor)
 }
 
 /// The selection rule: a node may be picked only when it is healthy and its height is admitted.

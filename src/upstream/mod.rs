@@ -21,7 +21,9 @@
 //!   heights judged afresh at every check, so a node more than `max_lag_blocks` behind the quorum
 //!   height takes no traffic, nor (with three or more nodes) one implausibly far ahead of it.
 //!   `probe.rs` runs the checks every `[health] interval` and applies what they find.
-//! * `status.rs`: [`PoolStatus`], what `/ext/health` shows of the pool.
+//! * `status.rs`: [`PoolStatus`], what `/ext/health` shows of the pool; `events.rs`: a node's
+//!   state changes (joined, unhealthy and why, lagging, back, another network, a reload's), each
+//!   one log line and one count.
 //!
 //! What the public sees of a node's failure (a client's error, `/ext/health`) is a [`Fault`]
 //! category and the node's configured name; the logs may add its address, never a request's
@@ -37,6 +39,7 @@
 mod answer;
 mod balance;
 pub mod conn;
+mod events;
 mod health;
 mod identity;
 mod node;

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::answer;
+use super::events::{self, Cause, NodeEvent};
 use super::health::{self, Fault, HealthState, Heights};
 use super::node::{answer_from, upstream_id, AttemptError, Upstream};
 use super::select::{self, Choice, NodeView};
@@ -153,6 +154,13 @@ impl Pool {
                 changes.removed.push(o.name.to_string());
             }
         }
+        // Said before their first checks, whose verdicts follow.
+        for name in &changes.added {
+            events::report(&self.metrics, name, NodeEvent::Added);
+        }
+        for name in &changes.changed {
+            events::report(&self.metrics, name, NodeEvent::Replaced);
+        }
         // The new nodes' first check, with the new settings, before anyone can choose them.
         let candidate = Members {
             upstreams: next,
@@ -163,6 +171,9 @@ impl Pool {
         };
         futures_util::future::join_all(fresh.iter().map(|u| self.check_with(u, &candidate))).await;
         self.members.store(Arc::new(candidate));
+        for name in &changes.removed {
+            events::report(&self.metrics, name, NodeEvent::Removed);
+        }
         for o in &leaving {
             o.retire();
             if changes.removed.iter().any(|r| **r == *o.name) {
@@ -291,14 +302,20 @@ impl Pool {
             Err(e) => {
                 // The detail may name the node's address; it never holds a body or params.
                 tracing::warn!(request_id = call.caller.request_id(), upstream = %upstream.name, fault = %e.fault, detail = %e.detail, "upstream attempt failed");
-                let ejected = upstream
-                    .state
-                    .lock()
-                    .passive_failure(e.fault, members.health.passive_failures);
-                if ejected {
+                let ejected = {
+                    let mut s = upstream.state.lock();
+                    s.passive_failure(e.fault, members.health.passive_failures)
+                        .then_some(s.height)
+                };
+                if let Some(height) = ejected {
                     // Asked again who it is when it comes back (see `Pool::check_with`).
                     upstream.identity.lock().asked = None;
-                    tracing::warn!(upstream = %upstream.name, fault = %e.fault, failures = members.health.passive_failures, "upstream taken out after failures in a row");
+                    let event = NodeEvent::Unhealthy {
+                        fault: e.fault,
+                        by: Cause::Requests,
+                        height,
+                    };
+                    events::report(&self.metrics, &upstream.name, event);
                     handles.healthy.set(0);
                 }
             }

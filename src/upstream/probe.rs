@@ -12,6 +12,7 @@ use bytes::Bytes;
 
 use super::answer;
 use super::balance::PeakEwma;
+use super::events::{self, Cause, NodeEvent};
 use super::health::{self, Check, Fault, Heights, Thresholds};
 use super::node::{upstream_id, AttemptError, Upstream};
 use super::pool::{Members, Pool};
@@ -111,9 +112,9 @@ impl Pool {
             failures: health.failure_threshold,
             recoveries: health.recovery_threshold,
         };
-        {
+        let event = {
             let mut s = upstream.state.lock();
-            let was = s.healthy;
+            let (was, first) = (s.healthy, !s.checked);
             s.record(check, thresholds);
             if !was && s.healthy {
                 // Back in the pool: forget the latencies of its failures.
@@ -122,10 +123,29 @@ impl Pool {
             if was && !s.healthy {
                 // Whatever comes back may be another node (a restart, an address reused).
                 upstream.identity.lock().asked = None;
+                // Judged afresh when it is back: its lag then is a new change.
+                s.lagging = false;
             }
-            if was != s.healthy {
-                tracing::info!(upstream = %upstream.name, healthy = s.healthy, height = ?s.height, reason = ?s.last_error, "upstream health changed");
+            let height = s.height;
+            // A node on another network takes no traffic however well it answers: its
+            // mismatch line says so, a `joined` would not be true.
+            let serves = s.network_ok();
+            match (first, was, s.healthy) {
+                (true, _, true) if serves => Some(NodeEvent::Joined { height }),
+                (false, false, true) if serves => Some(NodeEvent::Back { height }),
+                // A node down at start says so at once, as one taken out later does.
+                (true, _, false) | (false, true, false) => {
+                    s.last_error.map(|fault| NodeEvent::Unhealthy {
+                        fault,
+                        by: Cause::Check,
+                        height,
+                    })
+                }
+                _ => None,
             }
+        };
+        if let Some(event) = event {
+            events::report(&self.metrics, &upstream.name, event);
         }
         self.refresh_best_height();
     }
@@ -327,13 +347,29 @@ impl Pool {
                 expected.is_some() && identity.network_id.is_none(),
             )
         };
-        let mut s = upstream.state.lock();
-        s.network_unknown = unknown;
-        if mismatch && !s.network_mismatch {
-            let reported = upstream.identity.lock().network_id;
-            tracing::error!(upstream = %upstream.name, reported = ?reported, expected = ?self.network.get(), "upstream is on another network: it takes no traffic");
+        let event = {
+            let mut s = upstream.state.lock();
+            let event = match expected {
+                Some(expected) if mismatch && !s.network_mismatch => {
+                    Some(NodeEvent::NetworkMismatch {
+                        reported: upstream.identity.lock().network_id,
+                        expected,
+                    })
+                }
+                // A node that is out already said why (a node that does not answer has no
+                // network to read).
+                _ if unknown && !s.network_unknown && !mismatch && s.healthy => {
+                    Some(NodeEvent::NetworkUnknown)
+                }
+                _ => None,
+            };
+            s.network_unknown = unknown;
+            s.network_mismatch = mismatch;
+            event
+        };
+        if let Some(event) = event {
+            events::report(&self.metrics, &upstream.name, event);
         }
-        s.network_mismatch = mismatch;
         self.metrics
             .upstream_network_mismatch
             .with_label_values(&[&upstream.name])
@@ -349,6 +385,7 @@ impl Pool {
         let _ = m.upstream_in_flight.remove_label_values(&[name]);
         let _ = m.upstream_latency.remove_label_values(&[name]);
         let _ = m.upstream_network_mismatch.remove_label_values(&[name]);
+        events::forget(m, name);
         self.forget_identity(upstream);
     }
 
@@ -389,8 +426,29 @@ impl Pool {
             .store(heights.ceiling, Ordering::Relaxed);
         self.metrics.best_height.set(heights.best as i64);
         for u in &members.upstreams {
-            let s = u.state.lock();
+            let mut s = u.state.lock();
             let name: &str = &u.name;
+            // Lagging or back in sync: compared with the last verdict, under the node's lock,
+            // so concurrent judgements report a change once.
+            let lagging = health::lagging(&s, &heights);
+            if lagging != s.lagging {
+                s.lagging = lagging;
+                // Out of lag because it went out altogether: that line is already written.
+                let event = match s.height {
+                    Some(height) if lagging => Some(NodeEvent::Lagging {
+                        height,
+                        best: heights.best,
+                    }),
+                    Some(height) if s.healthy && s.network_ok() => Some(NodeEvent::InSync {
+                        height,
+                        best: heights.best,
+                    }),
+                    _ => None,
+                };
+                if let Some(event) = event {
+                    events::report(&self.metrics, name, event);
+                }
+            }
             self.metrics
                 .upstream_healthy
                 .with_label_values(&[name])

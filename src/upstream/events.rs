@@ -1,0 +1,152 @@
+//! The vocabulary of a node's state changes, and the one place that reports them: every change is
+//! one log line (`upstream state changed`, with `upstream`, `state`, `reason` and, when known,
+//! `height` and `best`) and one count in `snowgate_upstream_state_changes_total{upstream,to,
+//! reason}`. So an operator greps one message, and a dashboard counts the same events the log
+//! shows (a removed node's series go with it). A line names the node by its configured name and a fault by its category: never an
+//! address, a body or a library's error text.
+
+use super::health::Fault;
+use crate::metrics::Metrics;
+
+/// How a node's state changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum NodeEvent {
+    /// Its first check passed: it takes traffic from now on.
+    Joined { height: Option<u64> },
+    /// Healthy again after it was out.
+    Back { height: Option<u64> },
+    /// Out of the pool: its checks failed (the first one, or `failure_threshold` in a row), or
+    /// real requests did (`[health] passive_failures` in a row).
+    Unhealthy {
+        fault: Fault,
+        by: Cause,
+        height: Option<u64>,
+    },
+    /// Healthy but more than `max_lag_blocks` behind the pool: it takes no traffic.
+    Lagging { height: u64, best: u64 },
+    /// It caught up with the pool again.
+    InSync { height: u64, best: u64 },
+    /// It reports another network than the pool's: it takes no traffic.
+    NetworkMismatch {
+        reported: Option<u32>,
+        expected: u32,
+    },
+    /// Its network cannot be read while the pool's is known: it takes no traffic.
+    NetworkUnknown,
+    /// A reload added it.
+    Added,
+    /// A reload changed its table: a new node under the old name.
+    Replaced,
+    /// A reload removed it.
+    Removed,
+}
+
+/// What took a node out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Cause {
+    /// The active health check.
+    Check,
+    /// Real requests, failing in a row.
+    Requests,
+}
+
+impl NodeEvent {
+    /// The `state` field and the `to` label: the state the node is in now.
+    pub(super) fn state(&self) -> &'static str {
+        match self {
+            NodeEvent::Joined { .. } | NodeEvent::Back { .. } => "healthy",
+            NodeEvent::Unhealthy { .. } => "unhealthy",
+            NodeEvent::Lagging { .. } => "lagging",
+            NodeEvent::InSync { .. } => "in_sync",
+            NodeEvent::NetworkMismatch { .. } => "network_mismatch",
+            NodeEvent::NetworkUnknown => "network_unknown",
+            NodeEvent::Added => "added",
+            NodeEvent::Replaced => "replaced",
+            NodeEvent::Removed => "removed",
+        }
+    }
+
+    /// The `reason` field and label: a fault's category, or `joined`, `recovered`, `lag`,
+    /// `network`, `reload`.
+    pub(super) fn reason(&self) -> String {
+        match self {
+            NodeEvent::Joined { .. } => "joined".into(),
+            NodeEvent::Back { .. } => "recovered".into(),
+            NodeEvent::Unhealthy { fault, .. } => fault.to_string(),
+            NodeEvent::Lagging { .. } | NodeEvent::InSync { .. } => "lag".into(),
+            NodeEvent::NetworkMismatch { .. } | NodeEvent::NetworkUnknown => "network".into(),
+            NodeEvent::Added | NodeEvent::Replaced | NodeEvent::Removed => "reload".into(),
+        }
+    }
+}
+
+/// Reports one state change of the node `upstream`: one log line (warn when it takes no traffic
+/// any more, error for another network, else info) and one count.
+pub(super) fn report(metrics: &Metrics, upstream: &str, event: NodeEvent) {
+    let (state, reason) = (event.state(), event.reason());
+    // A removed node's series go with it (see `forget`): its removal is in the log only.
+    if event != NodeEvent::Removed {
+        metrics
+            .upstream_state_changes
+            .with_label_values(&[upstream, state, &reason])
+            .inc();
+    }
+    // `Option` fields are left out when `None`: numbers appear only when known, and plain.
+    let reason = reason.as_str();
+    match event {
+        NodeEvent::Joined { height } | NodeEvent::Back { height } => {
+            tracing::info!(upstream = %upstream, state = %state, reason, height, "upstream state changed")
+        }
+        NodeEvent::Unhealthy { by, height, .. } => {
+            let by = match by {
+                Cause::Check => "health check",
+                Cause::Requests => "requests",
+            };
+            tracing::warn!(upstream = %upstream, state = %state, reason, by, height, "upstream state changed")
+        }
+        NodeEvent::Lagging { height, best } => {
+            let behind = best.saturating_sub(height);
+            tracing::warn!(upstream = %upstream, state = %state, reason, height, best, behind, "upstream state changed")
+        }
+        NodeEvent::InSync { height, best } => {
+            tracing::info!(upstream = %upstream, state = %state, reason, height, best, "upstream state changed")
+        }
+        NodeEvent::NetworkMismatch { reported, expected } => {
+            tracing::error!(
+                upstream = %upstream,
+                state = %state,
+                reason,
+                reported,
+                expected,
+                "upstream state changed"
+            )
+        }
+        NodeEvent::NetworkUnknown => {
+            tracing::warn!(upstream = %upstream, state = %state, reason, "upstream state changed")
+        }
+        NodeEvent::Added | NodeEvent::Replaced | NodeEvent::Removed => {
+            tracing::info!(upstream = %upstream, state = %state, reason, "upstream state changed")
+        }
+    }
+}
+
+/// Drops the state-change series of `upstream` (a reload removed it: its series go).
+pub(super) fn forget(metrics: &Metrics, upstream: &str) {
+    use prometheus::core::Collector;
+    let counters = &metrics.upstream_state_changes;
+    for family in counters.collect() {
+        for metric in family.get_metric() {
+            let label = |name: &str| {
+                metric
+                    .get_label()
+                    .iter()
+                    .find(|l| l.get_name() == name)
+                    .map(|l| l.get_value().to_string())
+                    .unwrap_or_default()
+            };
+            if label("upstream") == upstream {
+                let _ = counters.remove_label_values(&[upstream, &label("to"), &label("reason")]);
+            }
+        }
+    }
+}
