@@ -2,8 +2,8 @@
 //! one log line (`upstream state changed`, with `upstream`, `state`, `reason` and, when known,
 //! `height` and `best`) and one count in `snowgate_upstream_state_changes_total{upstream,to,
 //! reason}`. So an operator greps one message, and a dashboard counts the same events the log
-//! shows (a removed node's series go with it). A line names the node by its configured name and a fault by its category: never an
-//! address, a body or a library's error text.
+//! shows (a removed node's series go with it). A line names the node by its configured name and
+//! a fault by its category: never an address, a body or a library's error text.
 
 use super::health::Fault;
 use crate::metrics::Metrics;
