@@ -142,14 +142,7 @@ async fn the_access_log_has_one_line_per_request_and_no_secret() {
     let logs = served.logs();
     assert!(!logs.contains(secret_param), "params in the log");
     assert!(!logs.contains(key), "a key in the log");
-    let metrics = support::client()
-        .get(format!("{}/metrics", served.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = support::get_text(&format!("{}/metrics", served.url)).await;
     assert!(
         metrics.contains(
             r#"snowgate_request_duration_seconds_count{cache="HIT",method="platform.getHeight"} 1"#

@@ -119,14 +119,7 @@ async fn a_node_down_lagging_and_back_is_one_line_each() {
     }
     assert!(!logs.contains("Some("), "{logs}");
 
-    let metrics = support::client()
-        .get(format!("{}/metrics", served.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = support::get_text(&format!("{}/metrics", served.url)).await;
     for series in [
         "snowgate_upstream_state_changes_total{reason=\"connect refused\",to=\"unhealthy\",upstream=\"node-2\"} 1",
         "snowgate_upstream_state_changes_total{reason=\"recovered\",to=\"healthy\",upstream=\"node-2\"} 1",
@@ -295,14 +288,7 @@ async fn a_node_on_another_network_is_an_error_line() {
             .all(|l| !l.contains("joined")),
         "{logs}"
     );
-    let metrics = support::client()
-        .get(format!("{}/metrics", served.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = support::get_text(&format!("{}/metrics", served.url)).await;
     let series = "snowgate_upstream_state_changes_total{reason=\"network\",to=\"network_mismatch\",upstream=\"node-1\"} 1";
     assert!(metrics.contains(series), "no {series} in:\n{metrics}");
 }

@@ -168,23 +168,9 @@ async fn a_node_added_to_the_file_takes_traffic_after_a_reload_and_a_removed_one
         0,
         "a removed node got calls (or health checks)"
     );
-    let health = support::client()
-        .get(format!("{url}/ext/health"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let health = support::get_text(&format!("{url}/ext/health")).await;
     assert!(!health.contains("node-1"), "{health}");
-    let metrics = support::client()
-        .get(format!("{url}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = support::get_text(&format!("{url}/metrics")).await;
     let series: Vec<&str> = metrics
         .lines()
         .filter(|l| {

@@ -47,14 +47,7 @@ async fn run(tweak: impl FnOnce(&mut Config)) -> (Vec<u64>, serde_json::Value, S
         .json()
         .await
         .unwrap();
-    let metrics = support::client()
-        .get(format!("{}/metrics", gateway.url()))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = support::get_text(&format!("{}/metrics", gateway.url())).await;
     gateway.shutdown().await;
     (calls, health, metrics)
 }

@@ -20,7 +20,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use snowgate::config::{Config, UpstreamConfig};
 use snowgate::devnode::{DevNode, DevNodeConfig, TlsIdentity};
 use snowgate::Gateway;
-use support::{call, client, eventually, post, temp_dir, test_gateway};
+use support::{call, eventually, post, temp_dir, test_gateway};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -296,14 +296,7 @@ async fn certificates_snowgate_cannot_verify_make_the_node_unhealthy_with_the_re
             "{name}: {}",
             answer.body
         );
-        let health = client()
-            .get(format!("{}/ext/health", gw.url()))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let health = support::get_text(&format!("{}/ext/health", gw.url())).await;
         // The category is shown, the reason is not.
         assert!(
             health.contains("\"lastError\":\"tls handshake failed\""),

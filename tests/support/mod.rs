@@ -395,3 +395,15 @@ pub async fn slow_node(
     });
     (addr, arrivals, open)
 }
+
+/// `GET url`'s body as text (the test fails if it cannot be fetched).
+pub async fn get_text(url: &str) -> String {
+    client()
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
