@@ -23,10 +23,7 @@ async fn json_logs_are_one_object_per_line() {
     .await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(
-        support::eventually(std::time::Duration::from_secs(5), || served
-            .logs()
-            .contains("snowgate listening"))
-        .await,
+        served.logged("snowgate listening", std::time::Duration::from_secs(5)),
         "{}",
         served.logs()
     );
@@ -65,10 +62,7 @@ async fn text_logs_have_no_colour_in_a_file() {
     let served = Served::start(&config, "info");
     // The listening line reaches stdout (which `start` waits for) just before stderr.
     assert!(
-        support::eventually(std::time::Duration::from_secs(5), || served
-            .logs()
-            .contains("snowgate listening"))
-        .await,
+        served.logged("snowgate listening", std::time::Duration::from_secs(5)),
         "{}",
         served.logs()
     );

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use snowgate::config::UpstreamConfig;
 use snowgate::Config;
+use support::logs::capture_logs;
 use support::*;
 
 type Answer = Pin<Box<dyn Future<Output = (u16, String)> + Send>>;
@@ -452,43 +453,6 @@ async fn queueing_in_the_gateway_takes_no_node_out() {
         "{status:?}"
     );
     c.gateway.shutdown().await;
-}
-
-/// The log lines of every gateway in this test binary, from the moment [`capture_logs`] is first
-/// called (a global subscriber: a scoped one misses events whose callsite another test's thread
-/// registered first).
-#[derive(Clone, Default)]
-struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
-
-fn capture_logs() -> &'static Logs {
-    static LOGS: std::sync::OnceLock<Logs> = std::sync::OnceLock::new();
-    LOGS.get_or_init(|| {
-        let logs = Logs::default();
-        let writer = logs.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::DEBUG)
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).unwrap();
-        logs
-    })
-}
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
 }
 
 #[tokio::test]

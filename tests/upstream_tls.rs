@@ -20,6 +20,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use snowgate::config::{Config, UpstreamConfig};
 use snowgate::devnode::{DevNode, DevNodeConfig, TlsIdentity};
 use snowgate::Gateway;
+use support::logs::capture_logs;
 use support::{call, eventually, post, temp_dir, test_gateway};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -199,47 +200,6 @@ async fn a_tls_devnode_with_a_private_ca_serves_the_public_methods_through_snowg
     }
     assert_eq!(through.json(), serde_json::Value::Array(own));
     gw.shutdown().await;
-}
-
-/// The log lines of every gateway in this test binary (a global subscriber, installed once).
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    /// The warnings and errors that name `upstream`.
-    fn warnings_of(&self, upstream: &str) -> Vec<String> {
-        let text = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
-        text.lines()
-            .filter(|l| l.contains(&format!("upstream={upstream} ")))
-            .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
-            .map(str::to_string)
-            .collect()
-    }
-}
-
-fn capture_logs() -> &'static Logs {
-    static LOGS: std::sync::OnceLock<Logs> = std::sync::OnceLock::new();
-    LOGS.get_or_init(|| {
-        let logs = Logs::default();
-        let writer = logs.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::DEBUG)
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).unwrap();
-        logs
-    })
 }
 
 #[tokio::test]

@@ -17,6 +17,9 @@ pub struct Identity {
     pub network_id: Option<u32>,
     /// `info.getNodeVersion`'s `version` (`avalanchego/1.13.0`).
     pub version: Option<String>,
+    /// That version as a release number, parsed once when it is read (`None`: unknown, or not a
+    /// release number), for the choice of a node per versioned call.
+    pub release: Option<crate::methods::NodeVersion>,
     /// When it was last asked (`None`: never, or to be asked again).
     pub asked: Option<Instant>,
 }

@@ -17,7 +17,7 @@ use super::select::{self, Choice, NodeView};
 use crate::call::{Answer, AnswerKind, CacheStatus, RpcCall};
 use crate::config::{ForwardConfig, HealthConfig, LimitsConfig, UpstreamConfig};
 use crate::error::ProxyError;
-use crate::methods::{MethodSpec, NodeVersion};
+use crate::methods::MethodSpec;
 use crate::metrics::Metrics;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
@@ -237,15 +237,7 @@ impl Pool {
                     (s.healthy && s.network_ok(), s.height)
                 };
                 // A version that is not a release number is as good as unknown: serving.
-                let serves = !versioned || {
-                    let version = u
-                        .identity
-                        .lock()
-                        .version
-                        .as_deref()
-                        .map(str::parse::<NodeVersion>);
-                    spec.served.serves(version.and_then(Result::ok))
-                };
+                let serves = !versioned || spec.served.serves(u.identity.lock().release);
                 NodeView {
                     healthy,
                     height,

@@ -250,6 +250,7 @@ impl Pool {
             identity.network_id = network_id;
         }
         if version.is_some() {
+            identity.release = version.as_deref().and_then(|v| v.parse().ok());
             identity.version = version;
         }
         if (old_version.as_deref(), old_network)

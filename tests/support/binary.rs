@@ -109,6 +109,18 @@ impl Served {
             .unwrap()
     }
 
+    /// Waits at most `limit` for `needle` in its stderr.
+    pub fn logged(&self, needle: &str, limit: Duration) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if self.logs().contains(needle) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.logs().contains(needle)
+    }
+
     /// Everything the child has written to stderr so far.
     pub fn logs(&self) -> String {
         self.stderr.lock().unwrap().clone()

@@ -4,6 +4,7 @@
 
 pub mod binary;
 pub mod fleet;
+pub mod logs;
 pub mod redis;
 
 use std::time::Duration;
