@@ -3,6 +3,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod binary;
+pub mod browser;
 pub mod fleet;
 pub mod logs;
 pub mod redis;
