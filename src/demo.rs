@@ -16,6 +16,9 @@ pub struct DemoArgs {
     /// Address of the gateway.
     #[arg(long, default_value = "127.0.0.1:9650")]
     pub listen: SocketAddr,
+    /// Address of the admin listener: `/metrics`, the status page, purge, reload and cordon.
+    #[arg(long, default_value = "127.0.0.1:9660")]
+    pub admin_listen: SocketAddr,
     /// Time between blocks of the simulated chain.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub block_interval: Duration,
@@ -78,13 +81,15 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         })
         .collect();
     config.admin.api_keys = vec![DEMO_ADMIN_KEY.to_string()];
+    config.admin.listen = Some(args.admin_listen);
     let gateway = Gateway::start(config).await?;
     let roles = [
         "healthy",
         "lagging: frozen for 20 s, then catching up",
         "flaky: 10% HTTP 500, 2-22 ms latency",
     ];
-    print_demo_help(&gateway.url(), &nodes, &names, &roles);
+    let admin = gateway.admin_url().unwrap_or_default();
+    print_demo_help(&gateway.url(), &admin, &nodes, &names, &roles);
     serve_until_stopped(gateway).await;
     Ok(())
 }
@@ -92,8 +97,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
 /// The admin key of the demo (printed by the demo; never use it elsewhere).
 pub const DEMO_ADMIN_KEY: &str = "demo-admin-key-not-secret";
 
-fn print_demo_help(url: &str, nodes: &[DevNode], names: &[&str], roles: &[&str]) {
+fn print_demo_help(url: &str, admin: &str, nodes: &[DevNode], names: &[&str], roles: &[&str]) {
     println!("snowgate demo: gateway on {url}");
+    println!("  status page: {admin}/snowgate/status (admin key {DEMO_ADMIN_KEY} to cordon)");
     for ((n, name), role) in nodes.iter().zip(names).zip(roles) {
         println!("  upstream {name}: {} ({role})", n.url());
     }
@@ -127,6 +133,6 @@ fn print_demo_help(url: &str, nodes: &[DevNode], names: &[&str], roles: &[&str])
         "  curl -s {url}/ext/info -H 'Content-Type: application/json' -H 'Authorization: Bearer {DEMO_ADMIN_KEY}' -H 'X-Snowgate-Upstream: node-b' -d '{pinned}'"
     );
     println!("  curl -s {url}/ext/health");
-    println!("  curl -s {url}/metrics | grep snowgate_");
+    println!("  curl -s {admin}/metrics | grep snowgate_");
     println!("\nCtrl-C to stop.");
 }

@@ -77,6 +77,9 @@ pub enum ProxyError {
     /// `POST /snowgate/cache/purge?method=NAME` with a name not in the registry.
     #[error("unknown method {0:?}")]
     UnknownPurgeMethod(String),
+    /// `POST /snowgate/upstreams/NAME/cordon` (or `uncordon`) with a name no upstream has.
+    #[error("no upstream named {0:?}")]
+    NoSuchUpstream(String),
     /// The cache could not be purged.
     #[error("{0}")]
     PurgeFailed(String),
@@ -174,6 +177,7 @@ impl ProxyError {
             | BrokenBody
             | Unauthorized
             | UnknownPurgeMethod(_)
+            | NoSuchUpstream(_)
             | PurgeFailed(_)
             | ReloadFailed(_) => return None,
             Parse { .. } => -32700,
@@ -203,7 +207,7 @@ impl ProxyError {
     pub fn status(&self) -> StatusCode {
         use ProxyError::*;
         match self {
-            NotFound => StatusCode::NOT_FOUND,
+            NotFound | NoSuchUpstream(_) => StatusCode::NOT_FOUND,
             PostRequired(_) | WrongHttpMethod { .. } => StatusCode::METHOD_NOT_ALLOWED,
             UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             BrokenBody | UnknownPurgeMethod(_) => StatusCode::BAD_REQUEST,
@@ -263,7 +267,9 @@ impl ProxyError {
             BodyTimeout(_) => http("body_timeout"),
             ConnectionLimit { .. } => http("connection_limit"),
             Unauthorized => http("unauthorized"),
-            UnknownPurgeMethod(_) | PurgeFailed(_) | ReloadFailed(_) => http("bad_admin_request"),
+            UnknownPurgeMethod(_) | NoSuchUpstream(_) | PurgeFailed(_) | ReloadFailed(_) => {
+                http("bad_admin_request")
+            }
             Parse { .. } => call("parse_error"),
             InvalidVersion { .. }
             | NotARequest(_)
@@ -398,6 +404,7 @@ mod tests {
             ConnectionLimit { per_address: true },
             Unauthorized,
             UnknownPurgeMethod("platform.nope".into()),
+            NoSuchUpstream("node-z".into()),
             PurgeFailed("why".into()),
             ReloadFailed("why".into()),
             Parse {
@@ -457,6 +464,7 @@ mod tests {
                 | ConnectionLimit { .. }
                 | Unauthorized
                 | UnknownPurgeMethod(_)
+                | NoSuchUpstream(_)
                 | PurgeFailed(_)
                 | ReloadFailed(_)
                 | Parse { .. }

@@ -30,6 +30,8 @@ pub struct Metrics {
     pub upstream_network_mismatch: IntGaugeVec,
     /// Requests in flight per upstream.
     pub upstream_in_flight: IntGaugeVec,
+    /// 1 while an admin has the upstream cordoned (it takes no new calls).
+    pub upstream_cordoned: IntGaugeVec,
     /// Changes of an upstream's state, by the state it went to and why (as logged).
     pub upstream_state_changes: IntCounterVec,
     /// Best accepted height in the pool.
@@ -45,6 +47,10 @@ pub struct Metrics {
     pub config_loaded: IntGauge,
     /// Client connections open now, by protocol (`http1`, `http2`).
     pub open_connections: IntGaugeVec,
+    /// The last events the status page lists (node state changes, reloads, Redis up and down).
+    pub events: std::sync::Arc<EventLog>,
+    /// When these metrics were made: the gateway's start, for its uptime.
+    pub started: std::time::Instant,
 }
 
 /// The crate version snowgate was built as (`snowgate_build_info`'s `version`).
@@ -146,6 +152,14 @@ impl Metrics {
             &["upstream", "to", "reason"],
         )
         .expect("static metric definition is valid");
+        let upstream_cordoned = IntGaugeVec::new(
+            Opts::new(
+                "snowgate_upstream_cordoned",
+                "1 while an admin has the upstream cordoned (no new calls), else 0",
+            ),
+            &["upstream"],
+        )
+        .expect("static metric definition is valid");
         let best_height = IntGauge::new("snowgate_best_height", "Best P-chain height in the pool")
             .expect("static metric definition is valid");
         let body_buffered = IntGauge::new(
@@ -211,6 +225,7 @@ impl Metrics {
             Box::new(upstream_healthy.clone()),
             Box::new(upstream_height.clone()),
             Box::new(upstream_in_flight.clone()),
+            Box::new(upstream_cordoned.clone()),
             Box::new(upstream_state_changes.clone()),
             Box::new(best_height.clone()),
             Box::new(body_buffered.clone()),
@@ -242,6 +257,7 @@ impl Metrics {
             upstream_info,
             upstream_network_mismatch,
             upstream_in_flight,
+            upstream_cordoned,
             upstream_state_changes,
             best_height,
             body_buffered,
@@ -249,6 +265,8 @@ impl Metrics {
             config_loaded,
             request_duration,
             open_connections,
+            events: std::sync::Arc::new(EventLog::default()),
+            started: std::time::Instant::now(),
         }
     }
 
@@ -262,6 +280,75 @@ impl Metrics {
         let mut out = Vec::with_capacity(8192);
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
         out
+    }
+}
+
+/// The wall clock in unix milliseconds (0 before 1970).
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// How many events [`EventLog`] keeps.
+pub const EVENTS_KEPT: usize = 50;
+
+/// One thing an operator wants to see happen: a node's state change, a reload, the Redis tier
+/// going down or coming back. Its words are the log line's: names and categories, never an
+/// address, a key or a library's error text.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Event {
+    /// Unix milliseconds.
+    pub at: u64,
+    /// `upstream`, `reload` or `redis`.
+    pub kind: &'static str,
+    /// The node's name (`upstream` events).
+    pub subject: Option<String>,
+    pub state: String,
+    pub reason: String,
+    pub message: String,
+}
+
+impl Event {
+    /// An event that happens now.
+    pub fn now(
+        kind: &'static str,
+        subject: Option<&str>,
+        state: &str,
+        reason: &str,
+        message: String,
+    ) -> Event {
+        Event {
+            at: unix_ms(),
+            kind,
+            subject: subject.map(str::to_string),
+            state: state.to_string(),
+            reason: reason.to_string(),
+            message,
+        }
+    }
+}
+
+/// The last [`EVENTS_KEPT`] events. Written only when something changes (never per request), so
+/// one short lock is all it needs.
+#[derive(Debug, Default)]
+pub struct EventLog {
+    recent: parking_lot::Mutex<std::collections::VecDeque<Event>>,
+}
+
+impl EventLog {
+    /// Keeps `event`, dropping the oldest beyond [`EVENTS_KEPT`].
+    pub fn push(&self, event: Event) {
+        let mut recent = self.recent.lock();
+        if recent.len() == EVENTS_KEPT {
+            recent.pop_front();
+        }
+        recent.push_back(event);
+    }
+
+    /// The events kept, newest first.
+    pub fn newest_first(&self) -> Vec<Event> {
+        self.recent.lock().iter().rev().cloned().collect()
     }
 }
 

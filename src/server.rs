@@ -52,7 +52,7 @@ use tokio::sync::{watch, Semaphore};
 use tower::{Service, ServiceExt};
 
 use crate::error::ProxyError;
-use crate::http::ConnInfo;
+use crate::http::{ConnInfo, Surface};
 use crate::stack::Stack;
 
 /// HTTP/2: streams one connection may have open at once (hyper's default is 200). With the
@@ -489,15 +489,17 @@ async fn watchdog(
     }
 }
 
-/// Serves the stack in force (`stacks`, which a reload swaps) on `listener` until `shutdown`
-/// completes, then drains for at most `drain`: connections finish the requests they have in flight
-/// and close; the rest are cut at the deadline.
+/// Serves the stack in force (`stacks`, which a reload swaps) on `listener` (the `surface` it is:
+/// the public port or the admin listener) until `shutdown` completes, then drains for at most
+/// `drain`: connections finish the requests they have in flight and close; the rest are cut at
+/// the deadline.
 ///
 /// At most `max_connections` at once (fixed for the process). Each new connection takes the
 /// stack's limits in force when it is accepted (per address, timeouts, body bytes); each request
 /// runs on the stack in force when it arrives.
 pub async fn run(
     listener: TcpListener,
+    surface: Surface,
     stacks: Arc<ArcSwap<Stack>>,
     max_connections: usize,
     shutdown: impl Future<Output = ()>,
@@ -582,7 +584,7 @@ pub async fn run(
         let activity = Arc::new(Activity::new(gauges.clone()));
         // Counted from here (never a refused connection) until the connection task ends.
         let open = OpenConnection::new(activity.clone());
-        let conn_info = Arc::new(ConnInfo::new(peer, limits.connection_body_bytes));
+        let conn_info = Arc::new(ConnInfo::on(surface, peer, limits.connection_body_bytes));
         let service = connection_service(stacks.clone(), conn_info, activity.clone());
         let builder = builder.clone();
         let watching = tokio::spawn(watchdog(

@@ -321,6 +321,7 @@ async fn health_and_metrics_endpoints() {
     .await;
     let m = client()
         .get(format!("{}/metrics", c.url()))
+        .header("authorization", format!("Bearer {}", support::ADMIN_KEY))
         .send()
         .await
         .unwrap()

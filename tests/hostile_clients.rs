@@ -197,7 +197,7 @@ async fn http2_streams_of_unfinished_bodies_cannot_buffer_more_than_the_connecti
         .await
         .unwrap();
     let config = format!(
-        "[limits]\nbody_timeout = \"60s\"\n[rate_limit]\nenabled = false\n\
+        "[limits]\nbody_timeout = \"60s\"\n[rate_limit]\nenabled = false\n[admin]\napi_keys = [\"{ADMIN_KEY}\"]\n\
          [[upstreams]]\nname = \"n\"\nurl = \"{}\"\n",
         node.url()
     );
@@ -236,6 +236,7 @@ async fn http2_streams_of_unfinished_bodies_cannot_buffer_more_than_the_connecti
     // /metrics says how much is buffered: at most the room of the two connections.
     let metrics = client()
         .get(format!("{}/metrics", served.url))
+        .header("authorization", format!("Bearer {}", support::ADMIN_KEY))
         .send()
         .await
         .unwrap()

@@ -77,7 +77,7 @@ async fn text_logs_have_no_colour_in_a_file() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_access_log_has_one_line_per_request_and_no_secret() {
     let node = DevNode::spawn(DevNodeConfig::default()).await.unwrap();
-    let key = "access-log-admin-key-0123456789";
+    let key = support::ADMIN_KEY;
     let config = format!(
         "[log]\naccess = true\nformat = \"json\"\n[admin]\napi_keys = [\"{key}\"]\n[rate_limit]\nenabled = false\n[[upstreams]]\nname = \"n\"\nurl = \"{}\"\n",
         node.url()
@@ -136,7 +136,7 @@ async fn the_access_log_has_one_line_per_request_and_no_secret() {
     let logs = served.logs();
     assert!(!logs.contains(secret_param), "params in the log");
     assert!(!logs.contains(key), "a key in the log");
-    let metrics = support::get_text(&format!("{}/metrics", served.url)).await;
+    let metrics = support::get_metrics(&served.url).await;
     assert!(
         metrics.contains(
             r#"snowgate_request_duration_seconds_count{cache="HIT",method="platform.getHeight"} 1"#

@@ -22,6 +22,7 @@ async fn scrape(url: &str) -> String {
 async fn try_scrape(url: &str) -> Option<String> {
     let r = client()
         .get(format!("{url}/metrics"))
+        .header("authorization", format!("Bearer {}", support::ADMIN_KEY))
         .header("connection", "close")
         .send()
         .await

@@ -16,7 +16,10 @@ use support::binary::Served;
 const HEALTH: &str = "[health]\ninterval = \"200ms\"\ntimeout = \"200ms\"\nmax_lag_blocks = 2\nfailure_threshold = 3\nrecovery_threshold = 1\n";
 
 fn config(nodes: &[snowgate::devnode::DevNode], extra: &str) -> String {
-    let mut c = format!("{extra}[rate_limit]\nenabled = false\n{HEALTH}");
+    let mut c = format!(
+        "{extra}[admin]\napi_keys = [\"{}\"]\n[rate_limit]\nenabled = false\n{HEALTH}",
+        support::ADMIN_KEY
+    );
     for (i, n) in nodes.iter().enumerate() {
         c.push_str(&format!(
             "[[upstreams]]\nname = \"node-{i}\"\nurl = \"{}\"\n",
@@ -119,7 +122,7 @@ async fn a_node_down_lagging_and_back_is_one_line_each() {
     }
     assert!(!logs.contains("Some("), "{logs}");
 
-    let metrics = support::get_text(&format!("{}/metrics", served.url)).await;
+    let metrics = support::get_metrics(&served.url).await;
     for series in [
         "snowgate_upstream_state_changes_total{reason=\"connect refused\",to=\"unhealthy\",upstream=\"node-2\"} 1",
         "snowgate_upstream_state_changes_total{reason=\"recovered\",to=\"healthy\",upstream=\"node-2\"} 1",
@@ -288,7 +291,7 @@ async fn a_node_on_another_network_is_an_error_line() {
             .all(|l| !l.contains("joined")),
         "{logs}"
     );
-    let metrics = support::get_text(&format!("{}/metrics", served.url)).await;
+    let metrics = support::get_metrics(&served.url).await;
     let series = "snowgate_upstream_state_changes_total{reason=\"network\",to=\"network_mismatch\",upstream=\"node-1\"} 1";
     assert!(metrics.contains(series), "no {series} in:\n{metrics}");
 }

@@ -199,7 +199,7 @@ async fn a_provider_upstream_gets_its_path_headers_and_host_and_its_secrets_stay
     .await;
     assert!(error.body.contains("error"), "{}", error.body);
     let health = get(&format!("{base}/ext/health")).await;
-    let metrics = get(&format!("{base}/metrics")).await;
+    let metrics = support::get_metrics(&base).await;
     for text in [&error.body, &health, &metrics] {
         for secret in [KEY, PASSWORD, HEADER_VALUE, "SECRET", "node.internal"] {
             assert!(!text.contains(secret), "{secret} leaked: {text}");

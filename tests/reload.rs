@@ -170,7 +170,7 @@ async fn a_node_added_to_the_file_takes_traffic_after_a_reload_and_a_removed_one
     );
     let health = support::get_text(&format!("{url}/ext/health")).await;
     assert!(!health.contains("node-1"), "{health}");
-    let metrics = support::get_text(&format!("{url}/metrics")).await;
+    let metrics = support::get_metrics(&url).await;
     let series: Vec<&str> = metrics
         .lines()
         .filter(|l| {

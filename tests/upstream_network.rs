@@ -47,7 +47,7 @@ async fn run(tweak: impl FnOnce(&mut Config)) -> (Vec<u64>, serde_json::Value, S
         .json()
         .await
         .unwrap();
-    let metrics = support::get_text(&format!("{}/metrics", gateway.url())).await;
+    let metrics = support::get_metrics(&gateway.url()).await;
     gateway.shutdown().await;
     (calls, health, metrics)
 }

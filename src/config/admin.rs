@@ -1,5 +1,5 @@
-//! `[admin]`: the keys that unlock restricted methods; read by the policy layer and the admin
-//! endpoints.
+//! `[admin]`: the keys that unlock restricted methods and the admin endpoints, and the optional
+//! admin listener; read by the policy layer, the router and the gateway's start.
 
 use serde::Deserialize;
 
@@ -12,6 +12,10 @@ pub struct AdminConfig {
     /// Bearer tokens (`Authorization: Bearer <key>`) that unlock node-specific and keystore
     /// methods and upstream pinning. Never logged.
     pub api_keys: Vec<String>,
+    /// A second listener for the operator's endpoints (`/metrics`, the status page and its JSON,
+    /// purge, reload, cordon): served there, and 404 on the public port. Keep it on loopback or
+    /// a private network. Read at start only.
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 impl std::fmt::Debug for AdminConfig {
@@ -21,6 +25,7 @@ impl std::fmt::Debug for AdminConfig {
                 "api_keys",
                 &format_args!("[{} redacted]", self.api_keys.len()),
             )
+            .field("listen", &self.listen)
             .finish()
     }
 }

@@ -254,6 +254,14 @@ impl Config {
         self.cache.validate()?;
         self.validate_sharing()?;
         self.admin.validate()?;
+        if let Some(admin) = self.admin.listen {
+            if admin == self.server.listen && admin.port() != 0 {
+                return invalid(
+                    "admin.listen",
+                    "is server.listen: the admin listener needs its own address",
+                );
+            }
+        }
         self.log.validate()?;
         methods::validate(&self.methods)?;
         self.validate_durations()?;

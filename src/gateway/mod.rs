@@ -29,7 +29,9 @@ use crate::http::admin::Admin;
 use crate::http::decode::Decoding;
 use crate::http::request_id::RequestIdLayer;
 use crate::http::router::Routes;
+use crate::http::status::StatusBoard;
 use crate::http::trace::{RequestLog, TraceLayer};
+use crate::http::Surface;
 use crate::methods::Registry;
 use crate::metrics::{CounterTable, HistogramTable, Metrics, OUTCOMES};
 use crate::policy::AdminKeys;
@@ -44,11 +46,18 @@ pub use reload::ConfigSource;
 /// stops accepting and drains the connections without the grace, in the background.
 pub struct Gateway {
     addr: SocketAddr,
+    /// The admin listener's address (`[admin] listen`).
+    admin_addr: Option<SocketAddr>,
     live: Arc<reload::Live>,
     drain_grace: Duration,
     stop: watch::Sender<bool>,
-    done: tokio::task::JoinHandle<()>,
+    /// The servers: the public listener's, and the admin listener's.
+    done: Vec<tokio::task::JoinHandle<()>>,
 }
+
+/// Connections the admin listener takes at once: enough for scrapers and a few pages, and its
+/// own, so a flood on the public port never locks the operator out.
+pub const ADMIN_MAX_CONNECTIONS: usize = 64;
 
 impl Gateway {
     /// Binds `config.server.listen` and starts serving.
@@ -83,22 +92,46 @@ impl Gateway {
         source: Option<ConfigSource>,
     ) -> anyhow::Result<Gateway> {
         let addr = listener.local_addr()?;
+        // Bound before anything starts, so that a taken address fails the start.
+        let admin_listener =
+            match config.admin.listen {
+                Some(listen) => Some(TcpListener::bind(listen).await.map_err(|e| {
+                    anyhow::anyhow!("cannot listen on {listen} (`admin.listen`): {e}")
+                })?),
+                None => None,
+            };
         let (stop, stop_rx) = watch::channel(false);
         let live = reload::Live::start(&config, Some(stop_rx.clone()), source).await?;
-        let mut stopped = stop_rx;
-        let shutdown = async move {
+        let stopped = |mut stop: watch::Receiver<bool>| async move {
             // Also ends when the sender is dropped with the gateway.
-            let _ = stopped.wait_for(|v| *v).await;
+            let _ = stop.wait_for(|v| *v).await;
         };
-        let done = tokio::spawn(crate::server::run(
+        let mut admin_addr = None;
+        let mut done = Vec::with_capacity(2);
+        if let Some(listener) = admin_listener {
+            let at = listener.local_addr()?;
+            tracing::info!(listen = %at, "admin listener: /metrics, /snowgate/status and the admin actions are served here");
+            admin_addr = Some(at);
+            done.push(tokio::spawn(crate::server::run(
+                listener,
+                Surface::Admin,
+                live.stacks(),
+                ADMIN_MAX_CONNECTIONS,
+                stopped(stop_rx.clone()),
+                config.server.drain_timeout,
+            )));
+        }
+        done.push(tokio::spawn(crate::server::run(
             listener,
+            Surface::Public,
             live.stacks(),
             config.limits.max_connections,
-            shutdown,
+            stopped(stop_rx),
             config.server.drain_timeout,
-        ));
+        )));
         Ok(Gateway {
             addr,
+            admin_addr,
             live,
             drain_grace: config.server.drain_grace,
             stop,
@@ -114,6 +147,16 @@ impl Gateway {
     /// `http://ADDR`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The admin listener's address, when `[admin] listen` is set.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
+    }
+
+    /// `http://ADDR` of the admin listener, when `[admin] listen` is set.
+    pub fn admin_url(&self) -> Option<String> {
+        self.admin_addr.map(|a| format!("http://{a}"))
     }
 
     /// The upstream pool.
@@ -162,7 +205,9 @@ impl Gateway {
             tokio::time::sleep(self.drain_grace).await;
         }
         let _ = self.stop.send(true);
-        let _ = self.done.await;
+        for server in self.done {
+            let _ = server.await;
+        }
     }
 }
 
@@ -215,6 +260,8 @@ pub(crate) struct Core {
     pub(crate) metrics: Metrics,
     pub(crate) draining: Arc<AtomicBool>,
     request_ids: RequestIdLayer,
+    /// The status page's samples.
+    pub(crate) board: Arc<StatusBoard>,
 }
 
 impl Core {
@@ -265,7 +312,9 @@ impl Core {
             });
             AnswerCache::new(&config.cache, best, tier, &metrics, registry.len())
         });
+        let board = StatusBoard::new(metrics.clone());
         if let Some(stop) = background {
+            board.spawn(stop.clone());
             pool.spawn_health_checks(stop.clone());
             if let Some(shared) = &shared {
                 shared.spawn_watcher(stop.clone());
@@ -288,6 +337,7 @@ impl Core {
             metrics,
             draining: Arc::new(AtomicBool::new(false)),
             request_ids: RequestIdLayer::new(),
+            board,
         })
     }
 }
@@ -352,6 +402,10 @@ impl Generation {
             total_body_bytes: config.limits.total_body_bytes,
             shared: core.shared.clone(),
             reload,
+            board: core.board.clone(),
+            limiter: self.limiter.clone(),
+            cache_max_bytes: config.cache.max_bytes,
+            admin_listener: config.admin.listen.is_some(),
         };
         let routes = Routes {
             admin,

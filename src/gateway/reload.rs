@@ -27,6 +27,7 @@ use super::{unix_now, Core, Generation, Stacks};
 use crate::call::{Reload, ReloadReport};
 use crate::config::Config;
 use crate::methods::Registry;
+use crate::metrics::Event;
 use crate::ratelimit::Limiter;
 
 /// Where a gateway's config comes from: read at start and at every reload, validated as
@@ -116,14 +117,29 @@ impl Live {
             Ok(report) => {
                 metrics.config_reloads.with_label_values(&["ok"]).inc();
                 metrics.config_loaded.set(unix_now());
-                tracing::info!(changed = ?report.changed, "config reloaded");
+                let changed = if report.changed.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    report.changed.join(", ")
+                };
+                tracing::info!(changed = changed.as_str(), "config reloaded");
+                let mut message = format!("config reloaded: {changed}");
                 if !report.restart_needed.is_empty() {
-                    tracing::warn!(keys = ?report.restart_needed, "changed in the file, but applied only at the next restart (the old values stay in force)");
+                    let keys = report.restart_needed.join(", ");
+                    tracing::warn!(keys = keys.as_str(), "changed in the file, but applied only at the next restart (the old values stay in force)");
+                    message.push_str(&format!(" (at the next restart: {keys})"));
                 }
+                metrics
+                    .events
+                    .push(Event::now("reload", None, "ok", "reload", message));
             }
             Err(e) => {
                 metrics.config_reloads.with_label_values(&["error"]).inc();
                 tracing::error!(error = %e, "config reload failed; the config in force is unchanged");
+                let message = format!("config reload failed, nothing changed: {e}");
+                metrics
+                    .events
+                    .push(Event::now("reload", None, "error", "reload", message));
             }
         }
         result
@@ -248,6 +264,10 @@ fn keep_restart_only(old: &Config, next: &mut Config, restart: &mut Vec<String>)
     if next.log.format != old.log.format {
         restart.push("log.format".into());
         next.log.format = old.log.format;
+    }
+    if next.admin.listen != old.admin.listen {
+        restart.push("admin.listen".into());
+        next.admin.listen = old.admin.listen;
     }
     if next.limits.max_connections != old.limits.max_connections {
         restart.push("limits.max_connections".into());

@@ -2,8 +2,16 @@
 //! (`GET /ext/health`, and `/ext/health/health`, `/ext/health/readiness` by any method, as on a
 //! node), liveness (`/ext/health/liveness`, any method), the node's health API over JSON-RPC
 //! (`POST /ext/health`: `health.health`, `health.readiness`, `health.liveness`), Prometheus
-//! metrics (`GET /metrics`) and the cache purge (`POST /snowgate/cache/purge[?method=NAME]`,
-//! admin key required).
+//! metrics (`GET /metrics`), the status page and its JSON ([`super::status`]), and the admin's
+//! actions: the cache purge (`POST /snowgate/cache/purge[?method=NAME]`), a reload
+//! (`POST /snowgate/reload`) and cordons (`POST /snowgate/upstreams/NAME/cordon|uncordon`).
+//!
+//! Who may read what ([`Access`]): the health endpoints are everyone's, on every listener. The
+//! operator's pages (metrics, status) are served without a key on the admin listener
+//! (`[admin] listen`), and on the public port only when there is no admin listener, and then only
+//! with the admin key (the status page's HTML, which holds no data, loads without one and asks
+//! for it). The actions always need the admin key. With an admin listener, everything but health
+//! answers 404 on the public port, as if it did not exist.
 //!
 //! `POST /ext/health` is what avalanchego's Go `health.Client` calls: snowgate answers it itself
 //! from the pool's state, never from a node, in the node's format (`{"checks":{...},
@@ -17,7 +25,8 @@ use std::sync::Arc;
 use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use tokio::sync::Semaphore;
 
-use super::{empty, json, HttpResponse};
+use super::status::{Facts, StatusBoard, PAGE, STATUS_JSON_PATH, STATUS_PATH, UPSTREAMS_PREFIX};
+use super::{empty, json, HttpResponse, Surface};
 use crate::cache::AnswerCache;
 use crate::error::ProxyError;
 use crate::jsonrpc::names::{self, LookupError};
@@ -47,6 +56,23 @@ pub enum Endpoint {
     Purge,
     /// `POST /snowgate/reload`.
     Reload,
+    /// `GET /snowgate/status`: the page.
+    Status,
+    /// `GET /snowgate/status.json`.
+    StatusJson,
+    /// `POST /snowgate/upstreams/NAME/cordon` or `/uncordon`.
+    Cordon,
+}
+
+/// Who may use an endpoint; see the module doc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Health: anyone, anywhere.
+    Probe,
+    /// The operator's pages: the admin listener, or the admin key.
+    Read,
+    /// The operator's actions: the admin key, on the admin listener if there is one.
+    Act,
 }
 
 impl Endpoint {
@@ -59,8 +85,20 @@ impl Endpoint {
             "/metrics" => Endpoint::Metrics,
             PURGE_PATH => Endpoint::Purge,
             RELOAD_PATH => Endpoint::Reload,
+            STATUS_PATH => Endpoint::Status,
+            STATUS_JSON_PATH => Endpoint::StatusJson,
+            p if p.starts_with(UPSTREAMS_PREFIX) => Endpoint::Cordon,
             _ => return None,
         })
+    }
+
+    /// Who may use it.
+    pub fn access(self) -> Access {
+        match self {
+            Endpoint::Health | Endpoint::HealthGet | Endpoint::Liveness => Access::Probe,
+            Endpoint::Metrics | Endpoint::Status | Endpoint::StatusJson => Access::Read,
+            Endpoint::Purge | Endpoint::Reload | Endpoint::Cordon => Access::Act,
+        }
     }
 }
 
@@ -79,6 +117,14 @@ pub struct Admin {
     pub(crate) shared: Option<Arc<crate::shared::Shared>>,
     /// The gateway's reload (`None`: started from a config built in code, with no file).
     pub(crate) reload: Option<Arc<dyn crate::call::Reload>>,
+    /// The status page's samples (kept by the gateway across reloads).
+    pub(crate) board: Arc<StatusBoard>,
+    /// The rate limiter in force, for the status page (`None`: rate limiting is off).
+    pub(crate) limiter: Option<Arc<crate::ratelimit::Limiter>>,
+    /// `[cache] max_bytes`.
+    pub(crate) cache_max_bytes: u64,
+    /// `[admin] listen` is set: the operator's endpoints live there, not on the public port.
+    pub(crate) admin_listener: bool,
 }
 
 /// `/ext/health`'s body: the pool, and the fleet's shared tier when there is one. Redis down does
@@ -102,10 +148,28 @@ impl Admin {
     pub async fn serve(
         &self,
         endpoint: Endpoint,
+        surface: Surface,
         method: &Method,
         headers: &HeaderMap,
-        query: Option<&str>,
+        uri: &http::Uri,
     ) -> Result<HttpResponse, ProxyError> {
+        let query = uri.query();
+        let admin = || {
+            self.keys
+                .authorizes(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()))
+        };
+        match (endpoint.access(), surface) {
+            (Access::Probe, _) => {}
+            (_, Surface::Public) if self.admin_listener => return Err(ProxyError::NotFound),
+            (Access::Read, Surface::Admin) => {}
+            // The page holds no data: it loads, and asks for the key the JSON needs.
+            (Access::Read, Surface::Public) if endpoint == Endpoint::Status => {}
+            (Access::Read | Access::Act, _) => {
+                if !admin() {
+                    return Err(ProxyError::Unauthorized);
+                }
+            }
+        }
         match endpoint {
             // The router answers POST itself (a JSON-RPC body, read within its limits).
             Endpoint::Health if method == Method::POST => Err(ProxyError::WrongHttpMethod {
@@ -118,7 +182,61 @@ impl Admin {
             Endpoint::Metrics => Err(ProxyError::NotFound),
             Endpoint::Purge => self.purge(method, headers, query).await,
             Endpoint::Reload => self.reload(method, headers).await,
+            Endpoint::Status | Endpoint::StatusJson if method != Method::GET => {
+                Err(ProxyError::NotFound)
+            }
+            Endpoint::Status => Ok(page()),
+            Endpoint::StatusJson => Ok(self.status_json().await),
+            Endpoint::Cordon => self.cordon(method, uri.path()),
         }
+    }
+
+    /// `GET /snowgate/status.json`.
+    async fn status_json(&self) -> HttpResponse {
+        let pool = self.status();
+        let cache = match &self.cache {
+            Some(cache) => {
+                let usage = cache.usage().await;
+                Some((usage.entries, usage.bytes, self.cache_max_bytes))
+            }
+            None => None,
+        };
+        let report = self.board.report(Facts {
+            pool: &pool,
+            best_moved_ms: self.pool.best_moved_ms(),
+            cache,
+            redis_up: self.shared.as_ref().map(|s| s.available()),
+            limiter: self.limiter.as_deref(),
+        });
+        let mut body = serde_json::to_vec(&report).unwrap_or_default();
+        body.push(b'\n');
+        let mut r = json(StatusCode::OK, body);
+        r.headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        r
+    }
+
+    /// `POST /snowgate/upstreams/NAME/cordon` or `/uncordon` (admin key, checked by the caller).
+    fn cordon(&self, method: &Method, path: &str) -> Result<HttpResponse, ProxyError> {
+        let rest = path.strip_prefix(UPSTREAMS_PREFIX).unwrap_or_default();
+        let (name, on) = match rest.rsplit_once('/') {
+            Some((name, "cordon")) => (name, true),
+            Some((name, "uncordon")) => (name, false),
+            _ => return Err(ProxyError::NotFound),
+        };
+        if method != Method::POST {
+            return Err(ProxyError::WrongHttpMethod {
+                allowed: "POST",
+                path: "/snowgate/upstreams/NAME/cordon",
+            });
+        }
+        let cordoned = self
+            .pool
+            .cordon(name, on)
+            .ok_or_else(|| ProxyError::NoSuchUpstream(name.to_string()))?;
+        tracing::info!(upstream = name, cordoned, "cordon set by an admin");
+        let body = serde_json::json!({ "upstream": name, "cordoned": cordoned });
+        Ok(json(StatusCode::OK, format!("{body}\n")))
     }
 
     /// The pool's state; 503 when no node can serve, or while draining (so that a load
@@ -281,6 +399,34 @@ impl Admin {
         );
         Ok(json(StatusCode::OK, body))
     }
+}
+
+/// The status page: static, never cached, and allowed nothing beyond its own origin.
+fn page() -> HttpResponse {
+    let mut r = HttpResponse::new(PAGE.into());
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'; \
+             connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; \
+             frame-ancestors 'none'",
+        ),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    r
 }
 
 /// 200 for as long as the process serves, whatever the pool's state or a drain, so that a
@@ -470,6 +616,7 @@ mod tests {
             bootstrapped: true,
             height: Some(7),
             in_flight: 0,
+            cordoned: false,
             last_error: last_error.map(str::to_string),
             network_id: Some(1),
             network_mismatch: false,

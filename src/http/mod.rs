@@ -7,7 +7,7 @@
 //! * [`drain`]: while draining, answers close their connection;
 //! * [`compress`]: gzip for clients that ask;
 //! * [`router`]: routes, the node's HTTP refusals (404/405/415), the request body within its
-//!   limits, and [`admin`]'s endpoints; RPC bodies go on to
+//!   limits, and [`admin`]'s endpoints (the [`status`] page among them); RPC bodies go on to
 //! * [`decode`]: the JSON-RPC envelope (or a [`batch`] of them) into calls for the per-call
 //!   layers, and their answers written back with each client's id.
 //!
@@ -25,6 +25,7 @@ pub mod drain;
 pub mod request_body;
 pub mod request_id;
 pub mod router;
+pub mod status;
 pub mod trace;
 
 use std::net::SocketAddr;
@@ -45,6 +46,8 @@ pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub struct ConnInfo {
     /// The client's socket address.
     pub peer: SocketAddr,
+    /// The listener it came in on.
+    pub surface: Surface,
     /// Room for this connection's request bodies (`limits.connection_body_bytes`): its HTTP/2
     /// streams together cannot buffer more.
     pub(crate) body_room: Semaphore,
@@ -53,11 +56,27 @@ pub struct ConnInfo {
 impl ConnInfo {
     /// A connection from `peer` whose request bodies may buffer `body_room` bytes together.
     pub fn new(peer: SocketAddr, body_room: usize) -> ConnInfo {
+        ConnInfo::on(Surface::Public, peer, body_room)
+    }
+
+    /// A connection to the `surface` listener.
+    pub fn on(surface: Surface, peer: SocketAddr, body_room: usize) -> ConnInfo {
         ConnInfo {
             peer,
+            surface,
             body_room: Semaphore::new(body_room),
         }
     }
+}
+
+/// The listener a connection came in on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Surface {
+    /// `[server] listen`: the RPC paths and health, and (without `[admin] listen`) the
+    /// operator's endpoints behind the admin key.
+    Public,
+    /// `[admin] listen`: the operator's endpoints and health; no RPC.
+    Admin,
 }
 
 /// A JSON answer.

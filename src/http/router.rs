@@ -8,7 +8,8 @@
 //! * `POST /ext/health`: the node's health API over JSON-RPC, answered by [`super::admin`] from
 //!   the pool's state after the same checks as an RPC body (415, body limits, nesting depth) and a
 //!   charge to the caller's quota;
-//! * snowgate's own endpoints ([`super::admin`]);
+//! * snowgate's own endpoints ([`super::admin`], which also says who may use them on which
+//!   listener); the admin listener serves nothing else;
 //! * anything else: the node's 404.
 //!
 //! The router's future is the one boxed future of the HTTP layers: it holds the request body's
@@ -28,7 +29,7 @@ use tower::{Layer, Service, ServiceExt};
 
 use super::admin::{Admin, Endpoint};
 use super::request_body::{self, BodyError, BodyRoom};
-use super::{ConnInfo, HttpResponse, X_REQUEST_ID};
+use super::{ConnInfo, HttpResponse, Surface, X_REQUEST_ID};
 use crate::call::{Caller, ClientId};
 use crate::config::LimitsConfig;
 use crate::error::{Counted, ProxyError};
@@ -170,18 +171,26 @@ where
             if endpoint == Some(Endpoint::Health) && req.method() == Method::POST {
                 return health_rpc(routes, self.conn.clone(), req);
             }
+            let surface = self.conn.surface;
             return Box::pin(async move {
                 let answer = match endpoint {
                     Some(endpoint) => {
                         let (method, headers) = (req.method(), req.headers());
-                        let query = req.uri().query();
-                        routes.admin.serve(endpoint, method, headers, query).await
+                        let admin = &routes.admin;
+                        admin
+                            .serve(endpoint, surface, method, headers, req.uri())
+                            .await
                     }
                     None => Err(ProxyError::NotFound),
                 };
                 Ok(answer.unwrap_or_else(|e| routes.reject(&e)))
             });
         };
+        // The admin listener serves no RPC.
+        if self.conn.surface == Surface::Admin {
+            let e = ProxyError::NotFound;
+            return Box::pin(std::future::ready(Ok(routes.reject(&e))));
+        }
         if req.method() != Method::POST {
             let e = ProxyError::PostRequired(req.method().clone());
             return Box::pin(std::future::ready(Ok(routes.reject(&e))));
@@ -328,12 +337,16 @@ mod tests {
                 keys,
                 pool,
                 cache: None,
-                metrics,
+                metrics: metrics.clone(),
                 draining: Arc::new(AtomicBool::new(false)),
                 body_room: body_room.clone(),
                 total_body_bytes: limits.total_body_bytes,
                 shared: None,
                 reload: None,
+                board: crate::http::status::StatusBoard::new(metrics.clone()),
+                limiter: None,
+                cache_max_bytes: 0,
+                admin_listener: false,
             },
             limiter: None,
             limits,

@@ -104,6 +104,11 @@ pub struct Limiter {
     client_ip_header: ClientIpHeader,
     clock: MonotonicClock,
     limited: IntCounterVec,
+    /// The clients refused most, for the status page.
+    refusals: parking_lot::Mutex<std::collections::HashMap<ClientId, u64>>,
+    /// What the status page shows for each key: `key:` and the first 12 hex digits of its
+    /// SHA-256, never the key.
+    key_labels: Vec<String>,
     clients: IntGauge,
     /// Global quotas, when the fleet shares them through Redis.
     global: Option<Arc<Global>>,
@@ -230,11 +235,53 @@ impl Limiter {
             client_ip_header: config.client_ip_header,
             clock: MonotonicClock,
             limited,
+            refusals: parking_lot::Mutex::new(std::collections::HashMap::new()),
+            key_labels: config.keys.iter().map(|k| key_label(&k.key)).collect(),
             clients,
             global,
             on_redis_down: config.on_redis_down,
             fallback,
         })
+    }
+
+    /// Counts a refusal of `client`, and keeps it among the most refused. The table is bounded:
+    /// when full, the less refused half goes (a flood of new addresses cannot grow it, and the
+    /// clients refused most stay).
+    fn refused(&self, client: &ClientId, kind: &'static str) {
+        self.limited.with_label_values(&[kind]).inc();
+        let mut refusals = self.refusals.lock();
+        if refusals.len() >= REFUSALS_KEPT && !refusals.contains_key(client) {
+            let mut counts: Vec<u64> = refusals.values().copied().collect();
+            let middle = counts.len() / 2;
+            let (_, median, _) = counts.select_nth_unstable(middle);
+            let median = *median;
+            // At most half stay (all of them above the median).
+            refusals.retain(|_, n| *n > median);
+        }
+        *refusals.entry(client.clone()).or_insert(0) += 1;
+    }
+
+    /// The `n` clients refused most since this limiter was made (a reload that changes
+    /// `[rate_limit]` starts again), most refused first: an address as the limiter sees it (an
+    /// IPv6 /64), or a key's `key:` hash label.
+    pub fn most_refused(&self, n: usize) -> Vec<(String, u64)> {
+        let mut top: Vec<(ClientId, u64)> = self
+            .refusals
+            .lock()
+            .iter()
+            .map(|(c, n)| (c.clone(), *n))
+            .collect();
+        top.sort_by_key(|t| std::cmp::Reverse(t.1));
+        top.truncate(n);
+        top.into_iter()
+            .map(|(client, count)| {
+                let shown = match client {
+                    ClientId::Ip(ip) => ip.to_string(),
+                    ClientId::Key(i) => self.key_labels.get(i).cloned().unwrap_or_default(),
+                };
+                (shown, count)
+            })
+            .collect()
     }
 
     /// Whether quotas are global (held in Redis).
@@ -296,14 +343,14 @@ impl Limiter {
         match outcome {
             Ok(Ok(())) => Ok(()),
             Ok(Err(not_until)) => {
-                self.limited.with_label_values(&[kind]).inc();
+                self.refused(client, kind);
                 Err(OverQuota {
                     retry_after: not_until.wait_time_from(self.clock.now()),
                 })
             }
             // Costs more than the whole burst: validation prevents it, refuse rather than panic.
             Err(_) => {
-                self.limited.with_label_values(&[kind]).inc();
+                self.refused(client, kind);
                 Err(OverQuota {
                     retry_after: Duration::from_secs(1),
                 })
@@ -350,7 +397,7 @@ impl Limiter {
         match verdict {
             Verdict::Allowed => Ok(()),
             Verdict::Over(wait) => {
-                self.limited.with_label_values(&[kind(client)]).inc();
+                self.refused(client, kind(client));
                 Err(OverQuota { retry_after: wait }.error())
             }
             Verdict::Share => {
@@ -447,6 +494,19 @@ impl Limiter {
 }
 
 /// The metric label of a client's kind.
+/// How many clients [`Limiter::most_refused`] keeps counts for.
+const REFUSALS_KEPT: usize = 1024;
+
+/// A key as the status page shows it: `key:` and the first 12 hex digits of its SHA-256, so an
+/// operator who has the key can tell which it is (`printf %s KEY | sha256sum`) and nobody can
+/// use it.
+fn key_label(key: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(key.as_bytes());
+    let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    format!("key:{hex}")
+}
+
 fn kind(client: &ClientId) -> &'static str {
     match client {
         ClientId::Key(_) => "key",

@@ -110,6 +110,8 @@ impl ConnectionLike for Conn {
 }
 
 struct SharedMetrics {
+    /// The status page's events: Redis down and back.
+    events: std::sync::Arc<crate::metrics::EventLog>,
     up: IntGauge,
     breaker: IntGauge,
     errors: IntCounterVec,
@@ -144,6 +146,7 @@ impl SharedMetrics {
             let _ = registry.register(c);
         }
         SharedMetrics {
+            events: metrics.events.clone(),
             up,
             breaker,
             errors,
@@ -373,6 +376,13 @@ impl Shared {
         self.metrics.up.set(0);
         self.metrics.breaker.set(State::Open as i64);
         tracing::warn!(redis = %self.shown, reason = why, "shared tier: Redis down, answering without it until it is back");
+        self.metrics.events.push(crate::metrics::Event::now(
+            "redis",
+            None,
+            "down",
+            why,
+            format!("Redis down ({why}): answering without it until it is back"),
+        ));
     }
 
     /// One probe of Redis: connects if needed (a cluster's first connection), then `PING`, both
@@ -463,6 +473,13 @@ impl Shared {
                 self.metrics.breaker.set(State::Closed as i64);
                 *self.last_error.lock() = None;
                 tracing::info!(redis = %self.shown, "shared tier: Redis up");
+                self.metrics.events.push(crate::metrics::Event::now(
+                    "redis",
+                    None,
+                    "up",
+                    "recovered",
+                    "Redis up: the shared tier is used again".to_string(),
+                ));
             }
             Err(why) => {
                 self.breaker.probe_failed();

@@ -2,11 +2,12 @@
 //! one log line (`upstream state changed`, with `upstream`, `state`, `reason` and, when known,
 //! `height` and `best`) and one count in `snowgate_upstream_state_changes_total{upstream,to,
 //! reason}`. So an operator greps one message, and a dashboard counts the same events the log
-//! shows (a removed node's series go with it). A line names the node by its configured name and
+//! shows (a removed node's series go with it); the status page lists the same events (see
+//! [`crate::metrics::EventLog`]). A line names the node by its configured name and
 //! a fault by its category: never an address, a body or a library's error text.
 
 use super::health::Fault;
-use crate::metrics::Metrics;
+use crate::metrics::{Event, Metrics};
 
 /// How a node's state changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +40,10 @@ pub(super) enum NodeEvent {
     Replaced,
     /// A reload removed it.
     Removed,
+    /// An admin cordoned it: it takes no new calls (those in flight finish).
+    Cordoned,
+    /// An admin lifted its cordon.
+    Uncordoned,
 }
 
 /// What took a node out.
@@ -63,6 +68,8 @@ impl NodeEvent {
             NodeEvent::Added => "added",
             NodeEvent::Replaced => "replaced",
             NodeEvent::Removed => "removed",
+            NodeEvent::Cordoned => "cordoned",
+            NodeEvent::Uncordoned => "uncordoned",
         }
     }
 
@@ -76,6 +83,40 @@ impl NodeEvent {
             NodeEvent::Lagging { .. } | NodeEvent::InSync { .. } => "lag".into(),
             NodeEvent::NetworkMismatch { .. } | NodeEvent::NetworkUnknown => "network".into(),
             NodeEvent::Added | NodeEvent::Replaced | NodeEvent::Removed => "reload".into(),
+            NodeEvent::Cordoned | NodeEvent::Uncordoned => "admin".into(),
+        }
+    }
+
+    /// The status page's line for it: the node's name, its state, the numbers that explain it.
+    fn message(&self, upstream: &str, reason: &str) -> String {
+        let at = |height: &Option<u64>| height.map_or(String::new(), |h| format!(" at height {h}"));
+        match self {
+            NodeEvent::Joined { height } => format!("{upstream} joined{}", at(height)),
+            NodeEvent::Back { height } => format!("{upstream} is back{}", at(height)),
+            NodeEvent::Unhealthy { by, height, .. } => {
+                let by = match by {
+                    Cause::Check => "its health check",
+                    Cause::Requests => "requests",
+                };
+                format!("{upstream} unhealthy: {reason} (by {by}){}", at(height))
+            }
+            NodeEvent::Lagging { height, best } => format!(
+                "{upstream} lagging: height {height}, best {best} ({} behind)",
+                best.saturating_sub(*height)
+            ),
+            NodeEvent::InSync { height, best } => {
+                format!("{upstream} in sync: height {height}, best {best}")
+            }
+            NodeEvent::NetworkMismatch { reported, expected } => match reported {
+                Some(n) => format!("{upstream} is on network {n}, not {expected}"),
+                None => format!("{upstream}'s network is not {expected}"),
+            },
+            NodeEvent::NetworkUnknown => format!("{upstream}'s network cannot be read"),
+            NodeEvent::Added => format!("{upstream} added by a reload"),
+            NodeEvent::Replaced => format!("{upstream} replaced by a reload"),
+            NodeEvent::Removed => format!("{upstream} removed by a reload"),
+            NodeEvent::Cordoned => format!("{upstream} cordoned: no new calls"),
+            NodeEvent::Uncordoned => format!("{upstream} uncordoned"),
         }
     }
 }
@@ -91,6 +132,13 @@ pub(super) fn report(metrics: &Metrics, upstream: &str, event: NodeEvent) {
             .with_label_values(&[upstream, state, &reason])
             .inc();
     }
+    metrics.events.push(Event::now(
+        "upstream",
+        Some(upstream),
+        state,
+        &reason,
+        event.message(upstream, &reason),
+    ));
     // `Option` fields are left out when `None`: numbers appear only when known, and plain.
     let reason = reason.as_str();
     match event {
@@ -124,7 +172,11 @@ pub(super) fn report(metrics: &Metrics, upstream: &str, event: NodeEvent) {
         NodeEvent::NetworkUnknown => {
             tracing::warn!(upstream = %upstream, state = %state, reason, "upstream state changed")
         }
-        NodeEvent::Added | NodeEvent::Replaced | NodeEvent::Removed => {
+        NodeEvent::Added
+        | NodeEvent::Replaced
+        | NodeEvent::Removed
+        | NodeEvent::Cordoned
+        | NodeEvent::Uncordoned => {
             tracing::info!(upstream = %upstream, state = %state, reason, "upstream state changed")
         }
     }

@@ -105,6 +105,9 @@ pub(crate) struct Upstream {
     /// Requests waiting for or holding a slot on this node, with their start times.
     pending: Mutex<Pending>,
     pub(super) in_flight: AtomicUsize,
+    /// An admin cordoned it: it takes no new calls (pinned ones excepted) until uncordoned. Kept
+    /// across reloads that keep the node.
+    pub(super) cordoned: std::sync::atomic::AtomicBool,
     /// Caps the requests in flight to this node (`[upstream] max_concurrency`).
     pub(super) permits: tokio::sync::Semaphore,
     /// This node's metric series, resolved once.
@@ -133,6 +136,7 @@ pub(super) struct UpstreamMetrics {
     pub(super) latency: prometheus::Histogram,
     pub(super) healthy: prometheus::IntGauge,
     pub(super) requests: crate::metrics::CounterTable,
+    pub(super) cordoned: prometheus::IntGauge,
 }
 
 /// The values of the `outcome` label of `snowgate_upstream_requests_total`.
@@ -154,6 +158,7 @@ impl UpstreamMetrics {
             in_flight: metrics.upstream_in_flight.with_label_values(&[name]),
             latency: metrics.upstream_latency.with_label_values(&[name]),
             healthy: metrics.upstream_healthy.with_label_values(&[name]),
+            cordoned: metrics.upstream_cordoned.with_label_values(&[name]),
             requests: crate::metrics::CounterTable::new(
                 metrics.upstream_requests.clone(),
                 1,
@@ -164,6 +169,12 @@ impl UpstreamMetrics {
 }
 
 impl Upstream {
+    /// Sets its cordon, and the gauge that shows it.
+    pub(super) fn set_cordoned(&self, on: bool) {
+        self.cordoned.store(on, Ordering::Relaxed);
+        self.metrics.cordoned.set(i64::from(on));
+    }
+
     pub(super) fn new(
         config: &UpstreamConfig,
         forward: &ForwardConfig,
@@ -217,6 +228,7 @@ impl Upstream {
             ewma: Mutex::new(PeakEwma::new(Instant::now())),
             pending: Mutex::new(Pending::default()),
             in_flight: AtomicUsize::new(0),
+            cordoned: std::sync::atomic::AtomicBool::new(false),
             permits: tokio::sync::Semaphore::new(forward.max_concurrency),
             metrics: UpstreamMetrics::new(metrics, &config.name),
             recipe: Self::recipe(config, forward),

@@ -31,6 +31,8 @@ pub struct Pool {
     pub(super) members: ArcSwap<Members>,
     /// [`Heights`], recomputed after every check (three words, read per candidate per request).
     pub(super) best_height: AtomicU64,
+    /// When the best height last moved (unix milliseconds; 0: never), for the status page.
+    pub(super) best_moved_ms: AtomicU64,
     pub(super) height_floor: AtomicU64,
     pub(super) height_ceiling: AtomicU64,
     /// Signalled whenever a concurrency slot is released anywhere in the pool.
@@ -95,6 +97,7 @@ impl Pool {
                 max_response_bytes: limits.response_bytes,
             }),
             best_height: AtomicU64::new(0),
+            best_moved_ms: AtomicU64::new(0),
             height_floor: AtomicU64::new(0),
             height_ceiling: AtomicU64::new(u64::MAX),
             slot_freed: tokio::sync::Notify::new(),
@@ -133,7 +136,10 @@ impl Pool {
                 Some(u) => next.push(u.clone()),
                 None => {
                     let u = Arc::new(Upstream::new(config, &forward, &self.metrics)?);
-                    if old.upstreams.iter().any(|o| o.name == u.name) {
+                    if let Some(o) = old.upstreams.iter().find(|o| o.name == u.name) {
+                        // A cordon is the operator's word about the name: it stays on the
+                        // node's new table until lifted.
+                        u.set_cordoned(o.cordoned.load(Ordering::Relaxed));
                         changes.changed.push(config.name.clone());
                     } else {
                         changes.added.push(config.name.clone());
@@ -213,6 +219,27 @@ impl Pool {
         }
     }
 
+    /// Cordons (`on`) or uncordons the upstream `name`: cordoned, it takes no new calls (those
+    /// in flight finish; pinned calls still reach it) and its health checks go on. `None` when no
+    /// upstream has that name; else whether it is cordoned now. Reported as a state change when
+    /// it changes anything.
+    pub fn cordon(&self, name: &str, on: bool) -> Option<bool> {
+        let members = self.members();
+        let upstream = Self::by_name(&members, name)?;
+        if upstream.cordoned.swap(on, Ordering::AcqRel) != on {
+            upstream.metrics.cordoned.set(i64::from(on));
+            let event = if on {
+                NodeEvent::Cordoned
+            } else {
+                NodeEvent::Uncordoned
+            };
+            events::report(&self.metrics, name, event);
+            // Calls queued for a slot look again: another node may take them.
+            self.slot_freed.notify_waiters();
+        }
+        Some(on)
+    }
+
     /// Finds an upstream by its configured name.
     fn by_name<'m>(members: &'m Members, name: &str) -> Option<&'m Arc<Upstream>> {
         members.upstreams.iter().find(|u| &*u.name == name)
@@ -236,6 +263,7 @@ impl Pool {
                     let s = u.state.lock();
                     (s.healthy && s.network_ok(), s.height)
                 };
+                let healthy = healthy && !u.cordoned.load(Ordering::Relaxed);
                 // A version that is not a release number is as good as unknown: serving.
                 let serves = !versioned || spec.served.serves(u.identity.lock().release);
                 NodeView {

@@ -384,6 +384,7 @@ impl Pool {
         let _ = m.upstream_healthy.remove_label_values(&[name]);
         let _ = m.upstream_height.remove_label_values(&[name]);
         let _ = m.upstream_in_flight.remove_label_values(&[name]);
+        let _ = m.upstream_cordoned.remove_label_values(&[name]);
         let _ = m.upstream_latency.remove_label_values(&[name]);
         let _ = m.upstream_network_mismatch.remove_label_values(&[name]);
         events::forget(m, name);
@@ -421,7 +422,10 @@ impl Pool {
             .filter_map(|u| u.state.lock().reported_height())
             .collect();
         let heights = Heights::judge(&reported, members.health.max_lag_blocks);
-        self.best_height.store(heights.best, Ordering::Relaxed);
+        if self.best_height.swap(heights.best, Ordering::Relaxed) != heights.best {
+            self.best_moved_ms
+                .store(crate::metrics::unix_ms(), Ordering::Relaxed);
+        }
         self.height_floor.store(heights.floor, Ordering::Relaxed);
         self.height_ceiling
             .store(heights.ceiling, Ordering::Relaxed);

@@ -35,6 +35,9 @@ pub struct UpstreamStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
     pub in_flight: usize,
+    /// An admin cordoned it: it takes no new calls.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cordoned: bool,
     /// Why its last check or request failed: a fixed category (`connect refused`, `timeout`,
     /// `http 500`, `bad answer`, `not bootstrapped`, ...), never an address or a body.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -54,6 +57,11 @@ pub struct PoolStatus {
 }
 
 impl Pool {
+    /// When the best height last moved (unix milliseconds), if it ever did.
+    pub fn best_moved_ms(&self) -> Option<u64> {
+        Some(self.best_moved_ms.load(Ordering::Relaxed)).filter(|ms| *ms > 0)
+    }
+
     /// The pool's state for `/ext/health`.
     pub fn status(&self) -> PoolStatus {
         let upstreams: Vec<UpstreamStatus> = self
@@ -63,11 +71,12 @@ impl Pool {
             .map(|u| {
                 let s = u.snapshot();
                 let identity = u.identity.lock().clone();
+                let cordoned = u.cordoned.load(Ordering::Relaxed);
                 UpstreamStatus {
                     name: u.name.to_string(),
                     role: u.fallback.then_some("fallback"),
                     healthy: s.healthy,
-                    takes_traffic: self.takes_traffic(&s),
+                    takes_traffic: self.takes_traffic(&s) && !cordoned,
                     implausible_height: self.heights().implausible(s.height),
                     bootstrapped: s.bootstrapped,
                     height: s.height,
@@ -75,6 +84,7 @@ impl Pool {
                     network_mismatch: s.network_mismatch,
                     version: identity.version,
                     in_flight: u.in_flight.load(Ordering::Relaxed),
+                    cordoned,
                     // A node that answers but is kept out for its network says so (one that
                     // fails its checks says why it fails).
                     last_error: match (s.last_error, s.network_unknown) {

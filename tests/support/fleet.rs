@@ -120,6 +120,7 @@ impl Fleet {
     pub async fn metrics(&self, i: usize) -> String {
         client()
             .get(format!("{}/metrics", self.url(i)))
+            .header("authorization", format!("Bearer {}", super::ADMIN_KEY))
             .send()
             .await
             .unwrap()

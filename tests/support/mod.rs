@@ -409,3 +409,16 @@ pub async fn get_text(url: &str) -> String {
         .await
         .unwrap()
 }
+
+/// The gateway at `base`'s `/metrics` text, asked with [`ADMIN_KEY`] (on the public port it needs
+/// an admin key; the gateway's config must have it). The test fails if it is not a 200.
+pub async fn get_metrics(base: &str) -> String {
+    let r = client()
+        .get(format!("{base}/metrics"))
+        .header("authorization", format!("Bearer {ADMIN_KEY}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "GET {base}/metrics");
+    r.text().await.unwrap()
+}
