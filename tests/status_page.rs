@@ -6,6 +6,10 @@
 //! data, names shown as text, the whole data area greyed when the JSON stops coming and cleared
 //! when it is back, a phone's narrow screen, and the admin key asked for on a 401 and sent on every
 //! call.
+//!
+//! The last one opens the page on a live gateway (three devnodes, traffic running) and watches it
+//! follow what happens: a frozen node turns lagging, a dead one unhealthy, and a node cordoned
+//! from the page stops taking calls (counted on the devnode) while the others serve.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -28,7 +32,10 @@ use support::browser::Browser;
 const PAGE: &str = include_str!("../src/http/status.html");
 
 /// The page's CSP (the contract's): the page must work under it.
-const CSP: &str = "default-src 'none'; script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:";
+const CSP: &str =
+    "default-src 'none'; script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'; \
+                   connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; \
+                   frame-ancestors 'none'";
 
 /// A node name that would create an element (and run script) if the page parsed it as HTML.
 const EVIL: &str = "<img src=x onerror=alert(1)>";
@@ -506,4 +513,264 @@ async fn the_admin_key_is_asked_for_and_sent() {
     )
     .await;
     b.close().await;
+}
+
+/// The page's row of `name`: a JS expression.
+fn live_row(name: &str) -> String {
+    format!("document.querySelector('[data-upstream=\"{name}\"]')")
+}
+
+/// A JS expression: whether `name`'s row shows `state`.
+fn state_is(name: &str, state: &str) -> String {
+    format!(
+        "({}?.querySelector('.state').textContent === '{state}')",
+        live_row(name)
+    )
+}
+
+/// A JS function body: whether `name`'s row shows `state`.
+fn shows_state(name: &str, state: &str) -> String {
+    format!("return {};", state_is(name, state))
+}
+
+/// `GET url` as JSON.
+async fn get_json(url: &str) -> Value {
+    support::client()
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// The `platform.getTimestamp` calls a devnode has served (the health checks never make one).
+async fn timestamp_calls(node: &snowgate::devnode::DevNode) -> u64 {
+    let calls = get_json(&format!("{}/_devnode/calls", node.url())).await;
+    calls["calls"]["platform.getTimestamp"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_follows_a_live_gateway_and_cordons_a_node() {
+    use std::sync::atomic::{AtomicBool, AtomicU64};
+    use support::{call, Cluster, ADMIN_KEY};
+
+    // Blocks every 100 ms and checks every 200 ms (test_gateway): a frozen node is 2 blocks behind
+    // (max_lag_blocks) within a few checks. No cache: every call reaches a node.
+    let c = Cluster::start(3, Duration::from_millis(100), |config| {
+        config.admin.listen = Some("127.0.0.1:0".parse().unwrap());
+        config.cache.enabled = false;
+    })
+    .await;
+    let admin = c.gateway.admin_url().unwrap();
+
+    // Traffic: uncached calls in a bounded loop (stopped below, or after 3 minutes at most).
+    let stop = Arc::new(AtomicBool::new(false));
+    let served = Arc::new(AtomicU64::new(0));
+    let traffic = {
+        let (stop, served) = (stop.clone(), served.clone());
+        let url = format!("{}/ext/bc/P", c.url());
+        tokio::spawn(async move {
+            let client = reqwest::Client::builder()
+                .timeout(Duration::from_secs(2))
+                .no_proxy()
+                .build()
+                .unwrap();
+            let deadline = std::time::Instant::now() + Duration::from_secs(180);
+            while !stop.load(Ordering::SeqCst) && std::time::Instant::now() < deadline {
+                let r = client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .body(call("platform.getTimestamp", "{}"))
+                    .send()
+                    .await;
+                if let Ok(r) = r {
+                    if r.status() == 200 && r.text().await.is_ok_and(|t| t.contains("\"result\"")) {
+                        served.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+
+    let b = Browser::start(1280, 900).await;
+    b.client
+        .goto(&format!("{admin}/snowgate/status"))
+        .await
+        .unwrap();
+
+    // Every upstream's row, healthy, with its height.
+    b.wait_for(
+        Duration::from_secs(15),
+        "three healthy rows with heights and calls",
+        "const rows = [...document.querySelectorAll('[data-upstream]')];
+         return rows.length === 3 && rows.every(r =>
+           r.querySelector('.state').textContent === 'healthy' &&
+           /^[0-9,]+$/.test(r.querySelector('.height').textContent) &&
+           r.querySelector('.calls').textContent !== '0.0');",
+    )
+    .await;
+    for (i, node) in c.nodes.iter().enumerate() {
+        let shown = b
+            .eval(&format!(
+                "return {}.querySelector('.height').textContent;",
+                live_row(&format!("node-{i}"))
+            ))
+            .await;
+        let shown: u64 = shown.as_str().unwrap().replace(',', "").parse().unwrap();
+        let now = get_json(&format!("{}/_devnode", node.url())).await["height"]
+            .as_u64()
+            .unwrap();
+        assert!(
+            shown > 0 && shown <= now,
+            "node-{i}'s row shows height {shown}, the node is at {now}"
+        );
+    }
+
+    // Cordon node-2 from the page, with the admin key typed in: its row says so, and it takes no
+    // more calls while the two others keep serving.
+    b.client
+        .find(Locator::Id("admin-key"))
+        .await
+        .unwrap()
+        .send_keys(ADMIN_KEY)
+        .await
+        .unwrap();
+    b.client
+        .find(Locator::Id("key-use"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.client
+        .find(Locator::Css("[data-upstream=\"node-2\"] .cordon"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.wait_for(
+        Duration::from_secs(5),
+        "node-2 cordoned",
+        &shows_state("node-2", "cordoned"),
+    )
+    .await;
+    assert_eq!(
+        b.eval(&format!(
+            "return {}.querySelector('.cordon').textContent;",
+            live_row("node-2")
+        ))
+        .await,
+        json!("Uncordon")
+    );
+    // Calls that were in flight when the cordon landed finish first.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let cordoned_before = timestamp_calls(&c.nodes[2]).await;
+    let others_before = timestamp_calls(&c.nodes[0]).await + timestamp_calls(&c.nodes[1]).await;
+    let served_before = served.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let cordoned_after = timestamp_calls(&c.nodes[2]).await;
+    let others_after = timestamp_calls(&c.nodes[0]).await + timestamp_calls(&c.nodes[1]).await;
+    assert_eq!(
+        cordoned_after, cordoned_before,
+        "node-2 took calls while cordoned"
+    );
+    assert!(
+        others_after >= others_before + 10,
+        "the others stopped serving: {others_before} -> {others_after}"
+    );
+    assert!(served.load(Ordering::SeqCst) >= served_before + 10);
+
+    // node-0 frozen through its fault control: lagging within three seconds.
+    let faults = support::client()
+        .put(format!("{}/_devnode/faults", c.nodes[0].url()))
+        .header("content-type", "application/json")
+        .body(r#"{"frozen":true}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(faults.status(), 200);
+    b.wait_for(
+        Duration::from_secs(3),
+        "node-0 lagging",
+        &shows_state("node-0", "lagging"),
+    )
+    .await;
+
+    // node-1 down: unhealthy (after failed checks).
+    let down = support::client()
+        .post(format!("{}/_devnode/down?for=120s", c.nodes[1].url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(down.status(), 202);
+    b.wait_for(
+        Duration::from_secs(10),
+        "node-1 unhealthy",
+        &shows_state("node-1", "unhealthy"),
+    )
+    .await;
+    // The three states at once, and the events that led there (newest first).
+    b.wait_for(
+        Duration::from_secs(3),
+        "lagging, unhealthy and cordoned rows and their events",
+        &format!(
+            "const ev = [...document.querySelectorAll('#event-rows tr')].map(t => t.textContent);
+             return {} && {} && {} && ev.some(t => t.includes('node-1')) &&
+               ev.some(t => t.includes('node-0'));",
+            state_is("node-0", "lagging"),
+            state_is("node-1", "unhealthy"),
+            state_is("node-2", "cordoned"),
+        ),
+    )
+    .await;
+    // Wait for a sparkline with points, for the screenshot.
+    b.wait_for(
+        Duration::from_secs(5),
+        "a latency sparkline",
+        "return document.querySelectorAll('svg.spark polyline').length > 0;",
+    )
+    .await;
+    b.screenshot(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/target/status-page.png"
+    )))
+    .await;
+
+    // Uncordoned from the page: node-2 is back, and the only node left serving.
+    b.client
+        .find(Locator::Css("[data-upstream=\"node-2\"] .cordon"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.wait_for(
+        Duration::from_secs(5),
+        "node-2 healthy again",
+        &shows_state("node-2", "healthy"),
+    )
+    .await;
+    let before = timestamp_calls(&c.nodes[2]).await;
+    let grew = async {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            if timestamp_calls(&c.nodes[2]).await > before {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    };
+    assert!(grew.await, "node-2 took no call after the uncordon");
+
+    stop.store(true, Ordering::SeqCst);
+    traffic.await.unwrap();
+    b.close().await;
+    c.gateway.shutdown().await;
 }
