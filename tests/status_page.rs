@@ -774,3 +774,59 @@ async fn the_page_follows_a_live_gateway_and_cordons_a_node() {
     b.close().await;
     c.gateway.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_public_port_the_page_asks_for_the_key() {
+    use support::{Cluster, ADMIN_KEY};
+
+    // No admin listener: the page is on the public port, its JSON needs the admin key.
+    let c = Cluster::start(2, Duration::from_secs(60), |_| {}).await;
+    let b = Browser::start(1280, 900).await;
+    b.client
+        .goto(&format!("{}/snowgate/status", c.url()))
+        .await
+        .unwrap();
+    b.wait_for(
+        Duration::from_secs(10),
+        "the key prompt after the gateway's 401",
+        "return document.body.classList.contains('needs-key') &&
+           !document.getElementById('auth-note').hidden &&
+           document.querySelectorAll('[data-upstream]').length === 0;",
+    )
+    .await;
+    b.client
+        .find(Locator::Id("admin-key"))
+        .await
+        .unwrap()
+        .send_keys(ADMIN_KEY)
+        .await
+        .unwrap();
+    b.client
+        .find(Locator::Id("key-use"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.wait_for(
+        Duration::from_secs(10),
+        "both rows with the key",
+        &format!(
+            "return !document.body.classList.contains('needs-key') &&
+               !document.body.classList.contains('stale') && {} && {};",
+            state_is("node-0", "healthy"),
+            state_is("node-1", "healthy"),
+        ),
+    )
+    .await;
+    // Kept for this tab: a reload of the page needs no typing.
+    b.client.refresh().await.unwrap();
+    b.wait_for(
+        Duration::from_secs(10),
+        "the rows again after a reload",
+        &format!("return {};", state_is("node-1", "healthy")),
+    )
+    .await;
+    b.close().await;
+    c.gateway.shutdown().await;
+}
