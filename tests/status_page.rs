@@ -328,6 +328,17 @@ async fn stale_data_is_greyed() {
         made,
         json!({"img": 0, "b": 0, "script": 1, "pwned": false, "shown": true})
     );
+    // Event badges take the colour of what they mean: a reload that went well is green.
+    let badges = b
+        .eval(
+            "return [...document.querySelectorAll('#event-rows .state')]
+               .map(e => e.textContent + ' ' + e.className);",
+        )
+        .await;
+    assert_eq!(
+        badges,
+        json!(["lagging state st-lagging", "ok state st-healthy"])
+    );
     b.screenshot(std::path::Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/target/status-page-fixture.png"
