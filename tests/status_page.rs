@@ -328,6 +328,20 @@ async fn stale_data_is_greyed() {
         made,
         json!({"img": 0, "b": 0, "script": 1, "pwned": false, "shown": true})
     );
+    // Cordon without a key: no request, a message, and the key field is where the cursor goes.
+    b.eval("document.querySelector('[data-upstream=\"node-a\"] .cordon').click(); return true;")
+        .await;
+    b.wait_for(
+        Duration::from_secs(5),
+        "the message asking for the key",
+        "const m = document.getElementById('msg');
+         return !m.hidden && m.textContent.includes('Enter the admin key') &&
+           document.activeElement === document.getElementById('admin-key');",
+    )
+    .await;
+    assert!(fixture.cordoned.lock().unwrap().is_empty());
+    assert!(b.client.get_alert_text().await.is_err(), "no alert box");
+
     // Event badges take the colour of what they mean: a reload that went well is green.
     let badges = b
         .eval(
