@@ -180,6 +180,7 @@ fn the_unit_passes_systemd_analyze_verify_without_a_warning() {
 fn the_unit_is_hardened() {
     let d = directives(&unit_text());
     for (key, want) in [
+        ("User", "snowgate"),
         ("DynamicUser", "yes"),
         ("NoNewPrivileges", "yes"),
         ("ProtectSystem", "strict"),
