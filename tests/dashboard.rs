@@ -17,7 +17,7 @@ use serde_json::Value;
 use snowgate::config::Config;
 use snowgate::gateway::ConfigSource;
 use snowgate::Gateway;
-use support::prometheus::{families, selectable, Family};
+use support::prometheus::{families, selectable, series_labels, Family};
 use support::redis::{RedisServer, SharedRedis};
 use support::{call, client, post, ADMIN_KEY};
 
@@ -145,13 +145,19 @@ fn is_ident(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_' || c == b':'
 }
 
-/// The metric selectors of a PromQL expression: each metric name with its label matchers (the
-/// text between the braces after it, or ""). Functions, aggregations, keywords, label names in
-/// `by (...)` and the like, strings, ranges, numbers, durations and Grafana's `$variables` are
-/// skipped.
-fn selectors(expr: &str) -> Vec<(String, String)> {
+/// What a PromQL expression selects: each metric name with its label matchers (the text between
+/// the braces after it, or ""), and the label names of its `by (...)`, `without (...)`, `on (...)`,
+/// `ignoring (...)` and `group_left/right (...)` lists. Functions, aggregations, keywords,
+/// strings, ranges, numbers, durations and Grafana's `$variables` are skipped.
+#[derive(Debug, Default)]
+struct Parsed {
+    selectors: Vec<(String, String)>,
+    grouping: Vec<String>,
+}
+
+fn parse(expr: &str) -> Parsed {
     let b = expr.as_bytes();
-    let mut out = Vec::new();
+    let mut out = Parsed::default();
     let mut i = 0;
     while i < b.len() {
         let c = b[i];
@@ -195,6 +201,13 @@ fn selectors(expr: &str) -> Vec<(String, String)> {
             if LABEL_LISTS.contains(&lower.as_str()) {
                 if b.get(next) == Some(&b'(') {
                     i = skip_group(b, next, b')');
+                    out.grouping.extend(
+                        expr[next + 1..i - 1]
+                            .split(',')
+                            .map(str::trim)
+                            .filter(|l| !l.is_empty())
+                            .map(str::to_string),
+                    );
                 }
             } else if KEYWORDS.contains(&lower.as_str()) || b.get(next) == Some(&b'(') {
                 // An aggregation or a function: its arguments are read as the loop goes on.
@@ -206,10 +219,73 @@ fn selectors(expr: &str) -> Vec<(String, String)> {
                 } else {
                     String::new()
                 };
-                out.push((word.to_string(), matchers));
+                out.selectors.push((word.to_string(), matchers));
             }
         } else {
             i += 1;
+        }
+    }
+    out
+}
+
+/// The metric selectors of a PromQL expression (see [`parse`]).
+fn selectors(expr: &str) -> Vec<(String, String)> {
+    parse(expr).selectors
+}
+
+/// The label names of a selector's matchers (`a="x", b=~"y|z"`).
+fn matcher_labels(matchers: &str) -> Vec<String> {
+    let b = matchers.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        while i < b.len() && (b[i] == b',' || b[i].is_ascii_whitespace()) {
+            i += 1;
+        }
+        let start = i;
+        while i < b.len() && is_ident(b[i]) {
+            i += 1;
+        }
+        if i > start {
+            out.push(matchers[start..i].to_string());
+        }
+        // The operator and the quoted value.
+        while i < b.len() && !matches!(b[i], b'"' | b'\'' | b'`') {
+            i += 1;
+        }
+        if i < b.len() {
+            i = skip_string(b, i);
+        }
+    }
+    out
+}
+
+/// The labels `exprs` use (in a selector's matchers, or to group by) that no series of the
+/// metrics they query carries (Prometheus adds `instance` and `job` to every series): each as
+/// `label (metrics)` with where it is used.
+fn unknown_labels(
+    exprs: &[(String, String)],
+    exposed: &BTreeMap<String, BTreeSet<String>>,
+) -> BTreeMap<String, String> {
+    let scrape = ["instance", "job"];
+    let mut out = BTreeMap::new();
+    for (at, expr) in exprs {
+        let parsed = parse(expr);
+        let mut all = BTreeSet::new();
+        for (name, matchers) in &parsed.selectors {
+            let carried = exposed.get(name).cloned().unwrap_or_default();
+            for label in matcher_labels(matchers) {
+                if !carried.contains(&label) && !scrape.contains(&label.as_str()) {
+                    out.insert(format!("{label} ({name})"), at.clone());
+                }
+            }
+            all.extend(carried);
+        }
+        for label in parsed.grouping {
+            if !all.contains(&label) && !scrape.contains(&label.as_str()) {
+                let names: Vec<&str> = parsed.selectors.iter().map(|s| s.0.as_str()).collect();
+                out.insert(format!("{label} ({})", names.join(", ")), at.clone());
+            }
         }
     }
     out
@@ -258,6 +334,16 @@ fn the_expression_reader_finds_metric_names_and_nothing_else() {
         [("up".to_string(), r#"instance=~"$instance""#.to_string())]
     );
 
+    assert_eq!(
+        parse(r#"sum by (le, method) (rate(a{x="1"}[5m])) / on (instance) group_left (version) b"#)
+            .grouping,
+        ["le", "method", "instance", "version"]
+    );
+    assert_eq!(
+        matcher_labels(r#"instance=~"$instance", outcome!~"a,b=c", le="+Inf""#),
+        ["instance", "outcome", "le"]
+    );
+
     // Only a histogram's series are its `_bucket`, `_sum` and `_count`.
     let exposed = families(
         "# TYPE snowgate_request_duration_seconds histogram\n\
@@ -280,6 +366,38 @@ fn the_expression_reader_finds_metric_names_and_nothing_else() {
         "process_open_fd",
     ] {
         assert_eq!(unknown_metrics(&exprs(bad), &exposed).len(), 1, "{bad}");
+    }
+}
+
+#[test]
+fn labels_are_read_from_the_exposition_and_misspelt_ones_are_found() {
+    let text = "# TYPE h histogram\n\
+                h_bucket{method=\"a\\\"b,c=d\",cache=\"HIT\",le=\"0.1\"} 1\n\
+                h_count{method=\"a\",cache=\"HIT\"} 1\n\
+                g 3\n";
+    let labels = series_labels(text);
+    let set = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(labels["h_bucket"], set(&["method", "cache", "le"]));
+    assert_eq!(labels["h_count"], set(&["method", "cache"]));
+    assert_eq!(labels["g"], set(&[]));
+
+    let exprs = |e: &str| vec![("here".to_string(), e.to_string())];
+    for good in [
+        r#"histogram_quantile(0.9, sum by (le, cache) (rate(h_bucket{instance=~"$instance",method="x"}[5m])))"#,
+        r#"sum by (job) (g) / on (method) h_count"#,
+    ] {
+        assert_eq!(
+            unknown_labels(&exprs(good), &labels),
+            BTreeMap::new(),
+            "{good}"
+        );
+    }
+    for bad in [
+        r#"sum by (le, caches) (rate(h_bucket[5m]))"#,
+        r#"h_count{methods="x"}"#,
+        r#"sum by (le) (h_count)"#,
+    ] {
+        assert_eq!(unknown_labels(&exprs(bad), &labels).len(), 1, "{bad}");
     }
 }
 
@@ -512,6 +630,14 @@ async fn every_metric_the_dashboard_queries_is_exposed_by_a_live_gateway() {
         "the dashboard queries metrics a live gateway does not expose (name: where):\n{unknown:#?}\n\
          exposed: {:?}",
         exposed.iter().map(|f| &f.name).collect::<Vec<_>>()
+    );
+
+    // Every label a query filters or groups by is one the metrics carry.
+    let labels = series_labels(&text);
+    let unknown = unknown_labels(&exprs, &labels);
+    assert!(
+        unknown.is_empty(),
+        "the dashboard uses labels its metrics do not carry (label (metrics): where):\n{unknown:#?}"
     );
 
     // And the dashboard shows every family snowgate exposes (a new metric gets a panel).

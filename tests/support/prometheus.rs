@@ -53,3 +53,54 @@ pub fn selectable(name: &str, families: &[Family]) -> bool {
             .is_some_and(|k| k == "histogram" || (k == "summary" && *suffix != "_bucket"))
     })
 }
+
+/// The label names each series name of `text` carries (`name{a="x",b="y"} 1`), over all its
+/// samples: a histogram's `_bucket` series carry `le`.
+pub fn series_labels(
+    text: &str,
+) -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let mut out: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let end = line
+            .find(|c: char| c == '{' || c.is_whitespace())
+            .unwrap_or(line.len());
+        if end == 0 {
+            continue;
+        }
+        let labels = out.entry(line[..end].to_string()).or_default();
+        let Some(mut rest) = line[end..].strip_prefix('{') else {
+            continue;
+        };
+        // `name="value"` pairs, the values escaped (`\"`, `\\`, `\n`), separated by commas.
+        while let Some(eq) = rest.find('=') {
+            let name = rest[..eq].trim_start_matches([',', ' ']);
+            if name.starts_with('}') {
+                break;
+            }
+            labels.insert(name.to_string());
+            let value = &rest[eq + 1..];
+            let Some(value) = value.strip_prefix('"') else {
+                break;
+            };
+            let mut close = None;
+            let mut escaped = false;
+            for (i, c) in value.char_indices() {
+                match c {
+                    _ if escaped => escaped = false,
+                    '\\' => escaped = true,
+                    '"' => {
+                        close = Some(i);
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            let Some(close) = close else {
+                break;
+            };
+            rest = &value[close + 1..];
+        }
+    }
+    out
+}
