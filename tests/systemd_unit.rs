@@ -2,7 +2,8 @@
 //! binary under test (and a config file in a temporary directory) passes `systemd-analyze verify`
 //! without a warning, is hardened (the sandbox directives, and an exposure level from
 //! `systemd-analyze security --offline` of at most 2.0), stops within the drain, reloads with
-//! SIGHUP, and its `ExecStartPre` check passes on a valid config.
+//! SIGHUP, and its `ExecStartPre` check passes on a valid config; its reload and stop commands,
+//! sent to the real binary, reload it and let it drain and exit.
 //!
 //! A missing `systemd-analyze` fails the tests with the install command: a skipped check would
 //! let a unit that systemd refuses or reads differently ship.
@@ -12,6 +13,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 
 /// Where the unit and its config live once installed (as the unit's comment says).
 const BINARY: &str = "/usr/local/bin/snowgate";
@@ -280,5 +282,41 @@ fn the_unit_drains_before_it_is_killed_reloads_with_sighup_and_checks_the_config
         "{line}: {}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_units_reload_and_stop_commands_reload_and_drain_the_real_binary() {
+    let d = directives(&unit_text());
+    // A node nobody listens on: the gateway starts and serves /ext/health without one.
+    let config = format!(
+        "[[upstreams]]\nname = \"node-0\"\nurl = \"http://127.0.0.1:{}\"\n",
+        support::free_port()
+    );
+    let mut served = support::binary::Served::start(&config, "info");
+
+    // `systemctl reload`: the unit's ExecReload, $MAINPID being the service's process.
+    let reload = service(&d, "ExecReload")[0].replace("$MAINPID", &served.pid().to_string());
+    let mut words = reload.split(' ');
+    let status = Command::new(words.next().unwrap())
+        .args(words)
+        .status()
+        .unwrap();
+    assert!(status.success(), "{reload}: {status}");
+    assert!(
+        served.logged("config reloaded", Duration::from_secs(10)),
+        "no reload after {reload}:\n{}",
+        served.logs()
+    );
+
+    // `systemctl stop`: KillSignal, then the drain, well within TimeoutStopSec.
+    let signal = service(&d, "KillSignal")[0];
+    served.signal(signal.trim_start_matches("SIG"));
+    let stop = Duration::from_secs(seconds(service(&d, "TimeoutStopSec")[0]));
+    let exit = served.wait_exit(stop);
+    assert!(
+        exit.is_some_and(|s| s.success()),
+        "{signal}: {exit:?} within {stop:?}:\n{}",
+        served.logs()
     );
 }
