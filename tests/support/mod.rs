@@ -5,6 +5,7 @@
 pub mod binary;
 pub mod fleet;
 pub mod logs;
+pub mod prometheus;
 pub mod redis;
 
 use std::time::Duration;
