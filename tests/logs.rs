@@ -146,7 +146,11 @@ async fn the_access_log_has_one_line_per_request_and_no_secret() {
     assert_eq!(lines[3]["fields"]["calls"], 2);
     let refused = &lines[4]["fields"];
     assert_eq!(
-        (&refused["request_id"], &refused["status"], &refused["method"]),
+        (
+            &refused["request_id"],
+            &refused["status"],
+            &refused["method"]
+        ),
         (&"acc-415".into(), &415.into(), &"-".into()),
         "{refused}"
     );
