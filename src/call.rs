@@ -38,6 +38,15 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// The client's address as the rate limiter sees it (from the trusted proxy's header, an
+    /// IPv6 /64), or the peer's for a client known by its key.
+    pub fn client_addr(&self) -> IpAddr {
+        match self.client {
+            ClientId::Ip(ip) => ip,
+            ClientId::Key(_) => self.ip,
+        }
+    }
+
     /// The request id as text (`-` when absent).
     pub fn request_id(&self) -> &str {
         self.request_id

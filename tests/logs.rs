@@ -107,6 +107,17 @@ async fn the_access_log_has_one_line_per_request_and_no_secret() {
     );
     let r = post(&url, &batch).await;
     assert_eq!(r.status, 200);
+    // Refused by the router before any call was read (415), and a request that is no call.
+    let r = support::client()
+        .post(&url)
+        .header("content-type", "text/plain")
+        .header("x-request-id", "acc-415")
+        .body(call("platform.getHeight", "{}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 415);
+    support::get_text(&format!("{}/ext/health/liveness", served.url)).await;
     let access = |logs: &str| -> Vec<serde_json::Value> {
         logs.lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
@@ -116,7 +127,7 @@ async fn the_access_log_has_one_line_per_request_and_no_secret() {
     assert!(
         support::eventually(std::time::Duration::from_secs(5), || access(&served.logs())
             .len()
-            >= 4)
+            >= 6)
         .await,
         "{}",
         served.logs()
@@ -133,6 +144,18 @@ async fn the_access_log_has_one_line_per_request_and_no_secret() {
     assert_eq!(lines[2]["fields"]["cache"], "HIT");
     assert_eq!(lines[3]["fields"]["method"], "batch");
     assert_eq!(lines[3]["fields"]["calls"], 2);
+    let refused = &lines[4]["fields"];
+    assert_eq!(
+        (
+            &refused["request_id"],
+            &refused["status"],
+            &refused["method"]
+        ),
+        (&"acc-415".into(), &415.into(), &"-".into()),
+        "{refused}"
+    );
+    assert_eq!(lines[5]["fields"]["status"], 200, "{}", lines[5]);
+    assert_eq!(lines.len(), 6, "one line per request: {lines:?}");
     let logs = served.logs();
     assert!(!logs.contains(secret_param), "params in the log");
     assert!(!logs.contains(key), "a key in the log");
@@ -145,6 +168,11 @@ async fn the_access_log_has_one_line_per_request_and_no_secret() {
     );
     assert!(
         metrics.contains(r#"snowgate_request_duration_seconds_count{cache="-",method="batch"} 1"#),
+        "{metrics}"
+    );
+    // The 415 and the liveness probe (the /metrics scrape is measured after it is written).
+    assert!(
+        metrics.contains(r#"snowgate_request_duration_seconds_count{cache="-",method="-"} 2"#),
         "{metrics}"
     );
 }

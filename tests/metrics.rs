@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
+use support::prometheus::family_names as families;
 use support::{call, client, h2_connect, h2_posts, post, read_until_closed, Cluster};
 
 /// The body of `GET /metrics` (see [`try_scrape`]).
@@ -234,15 +235,6 @@ async fn the_process_collector_reports_memory_cpu_and_file_descriptors() {
     let cpu = sample(&m, "process_cpu_seconds_total").unwrap();
     assert!(cpu >= 0.0, "{cpu}");
     c.gateway.shutdown().await;
-}
-
-/// The metric families of an exposition (`# TYPE NAME KIND`).
-fn families(text: &str) -> Vec<String> {
-    text.lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.split_whitespace().next())
-        .map(str::to_string)
-        .collect()
 }
 
 /// The rows of README.md's "## Metrics" table: the metric names of the first cell, and the row.

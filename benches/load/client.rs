@@ -38,10 +38,14 @@ pub async fn post(c: &Http, url: &str, body: String, want: &str) -> Result<Reply
     send(c, req, want).await
 }
 
-/// `GET url`.
+/// The admin key every benchmark instance is given: `/metrics` on the public port needs it.
+pub const ADMIN_KEY: &str = "bench-admin-key-0123456789";
+
+/// `GET url`, with the benchmark's admin key (harmless where none is needed).
 pub async fn get(c: &Http, url: &str) -> Result<Reply, String> {
     let req = Request::builder()
         .uri(url)
+        .header("authorization", format!("Bearer {ADMIN_KEY}"))
         .body(Full::new(Bytes::new()))
         .map_err(|e| e.to_string())?;
     send(c, req, "").await

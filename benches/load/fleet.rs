@@ -93,7 +93,8 @@ struct Setup<'a> {
 impl Setup<'_> {
     fn text(&self, port: u16, node_port: u16) -> String {
         let mut t = format!(
-            "[server]\nlisten = \"127.0.0.1:{port}\"\n\n[[upstreams]]\nname = \"devnode\"\nurl = \"http://127.0.0.1:{node_port}\"\n\n[cache]\nmax_bytes = {}\n\n",
+            "[server]\nlisten = \"127.0.0.1:{port}\"\n\n[admin]\napi_keys = [\"{}\"]\n\n[[upstreams]]\nname = \"devnode\"\nurl = \"http://127.0.0.1:{node_port}\"\n\n[cache]\nmax_bytes = {}\n\n",
+            client::ADMIN_KEY,
             256 * 1024 * 1024
         );
         if let Some(sock) = self.redis {

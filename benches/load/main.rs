@@ -179,7 +179,8 @@ impl Bench {
         // 200,000 cost units/s, under the validator's bound of u32::MAX / 10) keeps every check
         // and bucket update on the path without the load ever exhausting it.
         let text = format!(
-            "[server]\nlisten = \"127.0.0.1:{port}\"\n\n[[upstreams]]\nname = \"devnode\"\nurl = \"http://127.0.0.1:{node_port}\"\n\n[cache]\nmax_bytes = {max_bytes}\n\n[rate_limit]\nrequests_per_second = {RATE_LIMIT_QUOTA}\nburst = {RATE_LIMIT_QUOTA}\n"
+            "[server]\nlisten = \"127.0.0.1:{port}\"\n\n[admin]\napi_keys = [\"{}\"]\n\n[[upstreams]]\nname = \"devnode\"\nurl = \"http://127.0.0.1:{node_port}\"\n\n[cache]\nmax_bytes = {max_bytes}\n\n[rate_limit]\nrequests_per_second = {RATE_LIMIT_QUOTA}\nburst = {RATE_LIMIT_QUOTA}\n",
+            client::ADMIN_KEY
         );
         std::fs::write(&config, text).map_err(|e| e.to_string())?;
         let mut cmd = pinned(&self.pin.server, bin);

@@ -407,11 +407,19 @@ impl Generation {
             cache_max_bytes: config.cache.max_bytes,
             admin_listener: config.admin.listen.is_some(),
         };
+        let log = Arc::new(RequestLog {
+            durations: HistogramTable::new(
+                core.metrics.request_duration.clone(),
+                self.registry.all().iter().map(|m| m.name.clone()).collect(),
+            ),
+            access: config.log.access,
+        });
         let routes = Routes {
             admin,
             limiter: self.limiter.clone(),
             limits: config.limits.clone(),
             body_room: self.body_room.clone(),
+            log: log.clone(),
         };
         let decoding = Decoding {
             requests: CounterTable::new(
@@ -422,6 +430,7 @@ impl Generation {
             registry: self.registry.clone(),
             limits: config.limits.clone(),
             limiter: self.limiter.clone(),
+            log: log.clone(),
         };
         Stack {
             request_ids: core.request_ids.clone(),
@@ -435,13 +444,7 @@ impl Generation {
             )),
             limits: config.limits.clone(),
             trusted_proxies: config.rate_limit.trusted_proxies.clone(),
-            trace: TraceLayer::new(Arc::new(RequestLog {
-                durations: HistogramTable::new(
-                    core.metrics.request_duration.clone(),
-                    self.registry.all().iter().map(|m| m.name.clone()).collect(),
-                ),
-                access: config.log.access,
-            })),
+            trace: TraceLayer::new(log),
         }
     }
 }

@@ -18,6 +18,7 @@ use http::{header, HeaderValue, StatusCode};
 use tower::{Layer, Service, ServiceExt};
 
 use super::router::RpcRequest;
+use super::trace::RequestLog;
 use super::{empty, json, HttpResponse};
 use crate::body::Chunks;
 use crate::call::{Answer, AnswerKind, Caller, RequestSummary, RpcCall};
@@ -43,6 +44,8 @@ pub struct Decoding {
     pub(crate) limiter: Option<Arc<Limiter>>,
     /// `snowgate_requests_total`, resolved per method and outcome.
     pub(crate) requests: CounterTable,
+    /// Where each body's end is recorded.
+    pub(crate) log: Arc<RequestLog>,
 }
 
 /// Decodes bodies into calls for `S`, the per-call layers.
@@ -93,12 +96,6 @@ where
         let this = self.clone();
         Box::pin(async move { Ok(this.answer(req).await) })
     }
-}
-
-/// `response` with what the request came to (for the trace layer).
-fn summarized(mut response: HttpResponse, summary: RequestSummary) -> HttpResponse {
-    response.extensions_mut().insert(summary);
-    response
 }
 
 /// What one call (single or inside a batch) comes to.
@@ -162,38 +159,58 @@ where
     S: Service<RpcCall, Response = Answer, Error = ProxyError> + Clone + Send + Sync + 'static,
     S::Future: Send,
 {
-    /// A JSON-RPC body: one call or a batch.
+    /// A JSON-RPC body: one call or a batch; its end recorded (duration, access line).
     async fn answer(&self, req: RpcRequest) -> HttpResponse {
         let RpcRequest {
             family,
             path,
             body,
             caller,
+            started,
         } = req;
-        let depth = self.shared.limits.depth;
         let mut summary = RequestSummary {
-            client: Some(caller.ip),
+            client: Some(caller.client_addr()),
             ..Default::default()
         };
-        if gojson::nesting_depth(&body) > depth {
+        let response = self
+            .respond(family, path, &body, &caller, &mut summary)
+            .await;
+        let id = caller.request_id.as_ref();
+        self.shared
+            .log
+            .finish(started, response.status(), id, &summary);
+        response
+    }
+
+    /// The answer to a body, and what it came to in `summary`.
+    async fn respond(
+        &self,
+        family: Family,
+        path: &'static str,
+        body: &[u8],
+        caller: &Caller,
+        summary: &mut RequestSummary,
+    ) -> HttpResponse {
+        let depth = self.shared.limits.depth;
+        if gojson::nesting_depth(body) > depth {
             let e = ProxyError::TooDeep(depth);
-            return summarized(self.refuse_whole(e, &caller).into_response(), summary);
+            return self.refuse_whole(e, caller).into_response();
         }
         let first = body.iter().find(|c| !c.is_ascii_whitespace());
         if first == Some(&b'[') {
-            if let Ok(range) = gojson::scan_value(&body) {
-                let (response, calls) = self.batch(family, path, &body[range], &caller).await;
+            if let Ok(range) = gojson::scan_value(body) {
+                let (response, calls) = self.batch(family, path, &body[range], caller).await;
                 summary.calls = calls;
                 summary.batch = true;
-                return summarized(response, summary);
+                return response;
             }
         }
-        let outcome = self.one(family, path, &body, &caller, false).await;
+        let mut outcome = self.one(family, path, body, caller, false).await;
         summary.calls = 1;
-        summary.method = outcome.method.clone();
+        summary.method = outcome.method.take();
         summary.cache = outcome.cache;
-        summary.upstream = outcome.upstream.clone();
-        summarized(outcome.into_response(), summary)
+        summary.upstream = outcome.upstream.take();
+        outcome.into_response()
     }
 
     /// One call. Inside a batch, envelope errors follow JSON-RPC 2.0 (-32600 for an element that
@@ -408,6 +425,13 @@ mod tests {
         let metrics = Metrics::new();
         let shared = Decoding {
             requests: CounterTable::new(metrics.requests.clone(), registry.len() + 1, OUTCOMES),
+            log: Arc::new(RequestLog {
+                durations: crate::metrics::HistogramTable::new(
+                    metrics.request_duration.clone(),
+                    registry.all().iter().map(|m| m.name.clone()).collect(),
+                ),
+                access: false,
+            }),
             registry,
             limits,
             limiter: None,
@@ -425,6 +449,7 @@ mod tests {
             family: Family::Platform,
             path: "/ext/bc/P",
             body: Bytes::copy_from_slice(body.as_bytes()),
+            started: std::time::Instant::now(),
             caller: Caller {
                 admin: false,
                 pin: None,

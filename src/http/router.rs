@@ -17,10 +17,11 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use bytes::Bytes;
 use http::{header, HeaderMap, Method, Request};
@@ -29,8 +30,9 @@ use tower::{Layer, Service, ServiceExt};
 
 use super::admin::{Admin, Endpoint};
 use super::request_body::{self, BodyError, BodyRoom};
+use super::trace::RequestLog;
 use super::{ConnInfo, HttpResponse, Surface, X_REQUEST_ID};
-use crate::call::{Caller, ClientId};
+use crate::call::{Caller, ClientId, RequestSummary};
 use crate::config::LimitsConfig;
 use crate::error::{Counted, ProxyError};
 use crate::jsonrpc::http::{media_type, INFO_PATH, PROPOSERVM_PATH, P_CHAIN_PATHS};
@@ -49,6 +51,8 @@ pub struct RpcRequest {
     pub path: &'static str,
     pub body: Bytes,
     pub caller: Caller,
+    /// When the request reached the router: its duration is measured from here.
+    pub started: Instant,
 }
 
 /// The JSON-RPC API at `path` (the path as one of the known constants).
@@ -72,6 +76,8 @@ pub struct Routes {
     pub(crate) limits: LimitsConfig,
     /// Room for request bodies over all connections (`limits.total_body_bytes`).
     pub(crate) body_room: Arc<Semaphore>,
+    /// Where a JSON-RPC request refused here is recorded (the decoding layer records the rest).
+    pub(crate) log: Arc<RequestLog>,
 }
 
 impl Routes {
@@ -85,6 +91,25 @@ impl Routes {
                 .inc();
         }
         e.response(None)
+    }
+
+    /// Refuses a JSON-RPC request (a `POST` to an RPC path) that began at `started`, and records
+    /// it (the trace layer leaves those to the router and the decoding layer).
+    fn refuse_rpc(
+        &self,
+        e: &ProxyError,
+        started: Instant,
+        client: IpAddr,
+        headers: &HeaderMap,
+    ) -> HttpResponse {
+        let response = self.reject(e);
+        let summary = RequestSummary {
+            client: Some(client),
+            ..RequestSummary::default()
+        };
+        let id = headers.get(X_REQUEST_ID);
+        self.log.finish(started, response.status(), id, &summary);
+        response
     }
 
     /// Who is calling: admin or not, pinning, and whose quota pays.
@@ -195,27 +220,35 @@ where
             let e = ProxyError::PostRequired(req.method().clone());
             return Box::pin(std::future::ready(Ok(routes.reject(&e))));
         }
+        let started = Instant::now();
         if let Err(e) = json_content(req.headers()) {
-            return Box::pin(std::future::ready(Ok(routes.reject(&e))));
+            let peer = self.conn.peer.ip();
+            let refused = routes.refuse_rpc(&e, started, peer, req.headers());
+            return Box::pin(std::future::ready(Ok(refused)));
         }
         let conn = self.conn.clone();
         // The ready service goes into the future; a clone takes its place.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         Box::pin(async move {
-            let caller = routes.caller(req.headers(), conn.peer);
+            let (parts, body) = req.into_parts();
+            let caller = routes.caller(&parts.headers, conn.peer);
             // Held until the answer is made: the body's bytes live that long.
             let mut room = BodyRoom::new(&conn.body_room, &routes.body_room);
-            let read = read_body(&routes, &conn, &caller, req.into_body(), &mut room);
+            let read = read_body(&routes, &conn, &caller, body, &mut room);
             let body = match read.await {
                 Ok(body) => body,
-                Err(e) => return Ok(routes.reject(&e)),
+                Err(e) => {
+                    let client = caller.client_addr();
+                    return Ok(routes.refuse_rpc(&e, started, client, &parts.headers));
+                }
             };
             let rpc = RpcRequest {
                 family,
                 path,
                 body,
                 caller,
+                started,
             };
             let answer = inner.oneshot(rpc).await;
             drop(room);
@@ -349,6 +382,13 @@ mod tests {
                 admin_listener: false,
             },
             limiter: None,
+            log: Arc::new(RequestLog {
+                durations: crate::metrics::HistogramTable::new(
+                    metrics.request_duration.clone(),
+                    Vec::new(),
+                ),
+                access: false,
+            }),
             limits,
             body_room,
         })

@@ -6,6 +6,7 @@ pub mod binary;
 pub mod browser;
 pub mod fleet;
 pub mod logs;
+pub mod prometheus;
 pub mod redis;
 
 use std::time::Duration;
