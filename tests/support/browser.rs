@@ -131,8 +131,8 @@ impl Browser {
             builder.capabilities(caps.clone());
             match builder.connect(&url).await {
                 Ok(client) => return client,
-                Err(e) if Instant::now() < deadline => {
-                    let _ = e;
+                // Not listening yet: try again (the last error is reported at the deadline).
+                Err(_) if Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 Err(e) => panic!(
