@@ -441,6 +441,60 @@ fn events(status: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
+/// One node changing state over and over (flapping between lagging and in sync, or between up
+/// and down, or an admin's cordon going on and off) cannot push the other nodes' events out of
+/// the status page's last 50: a dead node's event stays listed, however much another one flaps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flapping_node_cannot_push_another_nodes_events_out() {
+    let cluster = Cluster::start(2, Duration::from_secs(3600), with_admin_listener).await;
+    let admin = cluster.gateway.admin_url().unwrap();
+    cluster.nodes[0].control().go_down().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = status_json(&admin, None).await;
+        if events(&status).contains(&("node-0".into(), "unhealthy".into())) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node-0 never went down: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The fastest way to make one node change state many times: its cordon, 60 times.
+    for i in 0..60 {
+        let action = if i % 2 == 0 { "cordon" } else { "uncordon" };
+        let (status, body) = ask(
+            "POST",
+            &format!("{admin}/snowgate/upstreams/node-1/{action}"),
+            Some(ADMIN_KEY),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let status = status_json(&admin, None).await;
+    let listed = events(&status);
+    assert!(listed.len() <= 50, "{}", listed.len());
+    assert_eq!(
+        listed.first(),
+        Some(&("node-1".into(), "uncordoned".into())),
+        "the newest first: {listed:?}"
+    );
+    assert!(
+        listed.contains(&("node-0".into(), "unhealthy".into())),
+        "node-0's fall was pushed out by node-1's changes: {listed:?}"
+    );
+    // Still in time order, newest first.
+    let at: Vec<u64> = status["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["at"].as_u64().unwrap())
+        .collect();
+    assert!(at.windows(2).all(|w| w[0] >= w[1]), "{at:?}");
+    cluster.gateway.shutdown().await;
+}
+
 /// A cordon set while a reload replaces the node (its URL changed: a new node under the old name)
 /// is the operator's word about the name, and is kept on the new node, as a cordon set before the
 /// reload is; so is an uncordon.
