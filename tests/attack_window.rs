@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use prometheus::core::Collector;
 use serde_json::Value;
 use snowgate::config::{Config, UpstreamConfig};
@@ -555,4 +556,351 @@ async fn a_cordon_set_while_a_reload_replaces_the_node_is_kept() {
         "the cordon was lost: {status}"
     );
     gateway.shutdown().await;
+}
+
+/// Cordon names an admin (or a page) might send wrong: traversal, encoded slashes, empty, very
+/// long, HTML, the action misspelt. Each is a plain-text 404 (or 405) that cordons nothing and
+/// records no event; the name is echoed quoted, never as markup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cordon_names_that_are_no_upstream_cordon_nothing() {
+    let cluster = Cluster::start(2, Duration::from_secs(3600), |_| {}).await;
+    let public = cluster.url();
+    let events_before = status_json(&public, Some(ADMIN_KEY)).await["events"]
+        .as_array()
+        .unwrap()
+        .len();
+    let long = "n".repeat(8000);
+    let paths = [
+        "/snowgate/upstreams/../cordon".to_string(),
+        "/snowgate/upstreams/node-0/../node-1/cordon".to_string(),
+        "/snowgate/upstreams/node-0%2Fcordon".to_string(),
+        "/snowgate/upstreams/node%2D0/cordon".to_string(),
+        "/snowgate/upstreams//cordon".to_string(),
+        "/snowgate/upstreams/cordon".to_string(),
+        "/snowgate/upstreams/".to_string(),
+        "/snowgate/upstreams/node-0".to_string(),
+        "/snowgate/upstreams/node-0/".to_string(),
+        "/snowgate/upstreams/node-0/cordon/".to_string(),
+        "/snowgate/upstreams/node-0/CORDON".to_string(),
+        "/snowgate/upstreams/NODE-0/cordon".to_string(),
+        "/snowgate/upstreams/node-0%00/cordon".to_string(),
+        "/snowgate/upstreams/%3Cimg%20src=x%20onerror=alert(1)%3E/cordon".to_string(),
+        format!("/snowgate/upstreams/{long}/cordon"),
+    ];
+    // Sent as written (a client library would resolve the dot segments first).
+    let addr = cluster.gateway.addr();
+    for path in &paths {
+        let answer = raw(
+            addr,
+            &format!(
+                "POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {ADMIN_KEY}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+            ),
+        )
+        .await;
+        let shown = &path[..path.len().min(80)];
+        assert_eq!(code(&answer), 404, "{shown}: {answer}");
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("content-type: text/plain"),
+            "{shown}: {head}"
+        );
+        assert!(!body.contains('<'), "{shown}: {body}");
+    }
+    // GET on a real node's cordon is a 405, and cordons nothing either.
+    let (status, _) = ask(
+        "GET",
+        &format!("{public}/snowgate/upstreams/node-0/cordon"),
+        Some(ADMIN_KEY),
+    )
+    .await;
+    assert_eq!(status, 405);
+    let pool = cluster.gateway.pool().status();
+    assert!(pool.upstreams.iter().all(|u| !u.cordoned), "{pool:?}");
+    let status = status_json(&public, Some(ADMIN_KEY)).await;
+    assert_eq!(status["events"].as_array().unwrap().len(), events_before);
+    // A query string does not change the name: this one is node-0's, and it counts once.
+    let (code, body) = ask(
+        "POST",
+        &format!("{public}/snowgate/upstreams/node-0/cordon?name=node-1"),
+        Some(ADMIN_KEY),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let status = status_json(&public, Some(ADMIN_KEY)).await;
+    assert_eq!(row(&status, "node-0")["cordoned"], true);
+    assert_eq!(row(&status, "node-1")["cordoned"], false);
+    cluster.gateway.shutdown().await;
+}
+
+/// Every node cordoned: clients get the node's "no healthy upstream" answer (not a hang, not a
+/// call to a cordoned node), `/ext/health` says 503 so a load balancer moves on, the status page
+/// says why; an admin's pinned call still reaches the node, and an uncordon brings traffic back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_node_cordoned_clients_are_told_and_health_fails() {
+    let cluster = Cluster::start(2, Duration::from_secs(3600), |c| {
+        c.cache.enabled = false;
+    })
+    .await;
+    let public = cluster.url();
+    for name in ["node-0", "node-1"] {
+        let (status, body) = ask(
+            "POST",
+            &format!("{public}/snowgate/upstreams/{name}/cordon"),
+            Some(ADMIN_KEY),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let rpc = format!("{public}/ext/bc/P");
+    let r = post(&rpc, &call("platform.getHeight", "{}")).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(r.body.contains("\"error\""), "{}", r.body);
+    let (status, body) = ask("GET", &format!("{public}/ext/health"), None).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(!body.contains(ADMIN_KEY));
+    let status = status_json(&public, Some(ADMIN_KEY)).await;
+    for name in ["node-0", "node-1"] {
+        assert_eq!(row(&status, name)["state"], "cordoned", "{status}");
+        assert_eq!(row(&status, name)["takesTraffic"], false);
+    }
+    assert_eq!(status["pool"]["healthy"], false);
+    assert_eq!(
+        cluster.nodes[0].control().call_count("platform.getHeight")
+            + cluster.nodes[1].control().call_count("platform.getHeight"),
+        0,
+        "a call reached a cordoned node"
+    );
+    // An admin's pinned call still goes (to look at the node before putting it back).
+    let auth = format!("Bearer {ADMIN_KEY}");
+    let r = post_with(
+        &rpc,
+        &call("platform.getHeight", "{}"),
+        &[("authorization", &auth), ("x-snowgate-upstream", "node-1")],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let (code, _) = ask(
+        "POST",
+        &format!("{public}/snowgate/upstreams/node-0/uncordon"),
+        Some(ADMIN_KEY),
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        post(&rpc, &call("platform.getHeight", "{}")).await.status,
+        200
+    );
+    assert_eq!(
+        ask("GET", &format!("{public}/ext/health"), None).await.0,
+        200
+    );
+    cluster.gateway.shutdown().await;
+}
+
+/// What the operator's window shows never carries a secret or a node's address: not a node URL's
+/// password, not a provider's header key, not the admin key, not a rate-limit key, not the
+/// node's host and port; not when the node is down, not when a reload fails on a line holding
+/// them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_window_shows_no_secret_and_no_node_address() {
+    let (_net, nodes) = support::devnodes(12345, 2, Duration::from_secs(3600)).await;
+    let password = "s3cretpw0rd";
+    let provider = "providerkey0123456789";
+    let limit_key = "ratelimitkey0123456789";
+    let node_addr = nodes[1].addr().to_string();
+    let mut config = Config::default();
+    support::test_gateway(&mut config, &nodes);
+    with_admin_listener(&mut config);
+    config.upstreams[1].url = format!("http://user:{password}@{node_addr}");
+    config.upstreams[1]
+        .headers
+        .insert("x-api-key".into(), provider.into());
+    config.rate_limit.enabled = true;
+    config.cache.enabled = false;
+    config.rate_limit.keys = vec![snowgate::config::KeyQuota {
+        key: limit_key.into(),
+        requests_per_second: 1,
+        burst: 10,
+    }];
+    let bad: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
+    let source = {
+        let (config, bad) = (config.clone(), bad.clone());
+        ConfigSource::new(move || match bad.lock().unwrap().clone() {
+            Some(text) => Ok(Config::parse(&text, "snowgate.toml")?),
+            None => Ok(config.clone()),
+        })
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gateway = Gateway::start_from(source, Some(listener)).await.unwrap();
+    let admin = gateway.admin_url().unwrap();
+    let rpc = format!("{}/ext/bc/P", gateway.url());
+    // The key's holder goes over quota (it is listed, hashed).
+    for _ in 0..15 {
+        post_with(
+            &rpc,
+            &call("platform.getHeight", "{}"),
+            &[("x-api-key", limit_key)],
+        )
+        .await;
+    }
+    nodes[1].control().go_down().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while status_json(&admin, None).await["upstreams"][1]["state"] != "unhealthy" {
+        assert!(Instant::now() < deadline, "node-1 never went down");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Reloads that fail on the lines holding the secrets.
+    let mut answers = String::new();
+    for text in [
+        format!("[[upstreams]]\nname = \"n\"\nurl = \"http://user:{password}@{node_addr}\n"),
+        format!("[[upstreams]]\nname = \"n\"\nurl = \"ftp://user:{password}@{node_addr}\"\n"),
+        format!("[admin]\napi_keys = [\"{ADMIN_KEY}\", 7]\n"),
+        format!("[[rate_limit.keys]]\nkey = \"{limit_key}\"\nrequests_per_second = \"x\"\n"),
+        format!(
+            "[[upstreams]]\nname = \"n\"\nurl = \"http://{node_addr}\"\nheaders = {{ \"x-api-key\" = \"{provider}\", \"bad header\" = \"{provider}\" }}\n"
+        ),
+    ] {
+        *bad.lock().unwrap() = Some(text);
+        let (status, body) = ask("POST", &format!("{admin}/snowgate/reload"), Some(ADMIN_KEY)).await;
+        assert_eq!(status, 422, "{body}");
+        answers.push_str(&body);
+    }
+    let status = status_json(&admin, None).await;
+    assert!(
+        status["rateLimit"]["topLimited"][0]["client"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("key:")),
+        "{status}"
+    );
+    assert!(
+        status["events"].as_array().unwrap().len() >= 6,
+        "the failed reloads are listed: {status}"
+    );
+    let (_, metrics) = ask("GET", &format!("{admin}/metrics"), None).await;
+    let (_, health) = ask("GET", &format!("{}/ext/health", gateway.url()), None).await;
+    let shown = format!("{status}\n{answers}\n{metrics}\n{health}");
+    for secret in [password, provider, limit_key, ADMIN_KEY, node_addr.as_str()] {
+        assert!(!shown.contains(secret), "{secret} is shown:\n{shown}");
+    }
+    gateway.shutdown().await;
+}
+
+/// A flood of refused clients with addresses of their choosing (through a trusted proxy's
+/// `X-Forwarded-For`), more than the most-refused table keeps: every refusal is still a prompt
+/// 429, the list shows at most ten, and the client refused most before the flood stays first with
+/// its count (the table's eviction keeps the most refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_forged_addresses_cannot_push_the_worst_client_off_the_list() {
+    let cluster = Cluster::start(1, Duration::from_secs(3600), |c| {
+        with_admin_listener(c);
+        c.cache.enabled = false;
+        c.rate_limit.enabled = true;
+        c.rate_limit.requests_per_second = 1;
+        c.rate_limit.burst = 10;
+        c.rate_limit.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+    })
+    .await;
+    let admin = cluster.gateway.admin_url().unwrap();
+    let rpc = format!("{}/ext/bc/P", cluster.url());
+    // Costs 10 units, the whole burst: one call each, then refusals.
+    let body = call("platform.getCurrentValidators", "{}");
+    let worst = "198.51.100.7";
+    let mut refused = 0u64;
+    for _ in 0..40 {
+        let r = post_with(&rpc, &body, &[("x-forwarded-for", worst)]).await;
+        if r.status == 429 {
+            refused += 1;
+        }
+    }
+    assert!(refused >= 30, "{refused}");
+    // 1500 other addresses (the table keeps 1024), each refused once.
+    let client = client();
+    let flood = futures_util::stream::iter(0..1500u32)
+        .map(|i| {
+            let (client, rpc, body) = (client.clone(), rpc.clone(), body.clone());
+            async move {
+                let ip = format!("10.{}.{}.{}", i >> 16, (i >> 8) & 0xff, i & 0xff);
+                let mut last = 0;
+                for _ in 0..2 {
+                    let r = client
+                        .post(&rpc)
+                        .header("content-type", "application/json")
+                        .header("x-forwarded-for", &ip)
+                        .body(body.clone())
+                        .send()
+                        .await
+                        .unwrap();
+                    last = r.status().as_u16();
+                    let _ = r.bytes().await;
+                }
+                last
+            }
+        })
+        .buffer_unordered(8)
+        .collect::<Vec<u16>>()
+        .await;
+    assert!(flood.iter().all(|s| *s == 429), "each was refused once");
+    let status = status_json(&admin, None).await;
+    let top = status["rateLimit"]["topLimited"].as_array().unwrap();
+    assert!(!top.is_empty() && top.len() <= 10, "{top:?}");
+    assert_eq!(top[0]["client"], worst, "{top:?}");
+    assert_eq!(top[0]["limited"], refused, "{top:?}");
+    cluster.gateway.shutdown().await;
+}
+
+/// The public port full (`limits.max_connections` idle connections held open by a client) does
+/// not lock the operator out of the admin listener; the admin listener full does not stop the
+/// public port; shutdown closes both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_public_port_does_not_lock_the_operator_out() {
+    let cluster = Cluster::start(1, Duration::from_secs(3600), |c| {
+        with_admin_listener(c);
+        c.limits.max_connections = 4;
+    })
+    .await;
+    let addr = cluster.gateway.addr();
+    let admin_addr = cluster.gateway.admin_addr().unwrap();
+    let admin = cluster.gateway.admin_url().unwrap();
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(TcpStream::connect(addr).await.unwrap());
+    }
+    // The public port is full: the next connection is answered 503 at once.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut answer = raw(addr, "GET /ext/health HTTP/1.1\r\nhost: x\r\n\r\n").await;
+    while code(&answer) != 503 && Instant::now() < deadline {
+        answer = raw(addr, "GET /ext/health HTTP/1.1\r\nhost: x\r\n\r\n").await;
+    }
+    assert_eq!(code(&answer), 503, "{answer}");
+    let (status, body) = ask("GET", &format!("{admin}/snowgate/status.json"), None).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _) = ask("GET", &format!("{admin}/metrics"), None).await;
+    assert_eq!(status, 200);
+    drop(held);
+    // The admin listener full (its own cap): the public port serves on.
+    let mut held = Vec::new();
+    for _ in 0..snowgate::gateway::ADMIN_MAX_CONNECTIONS {
+        held.push(TcpStream::connect(admin_addr).await.unwrap());
+    }
+    let rpc = format!("{}/ext/bc/P", cluster.url());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = client()
+            .post(&rpc)
+            .header("content-type", "application/json")
+            .body(call("platform.getHeight", "{}"))
+            .send()
+            .await;
+        if r.is_ok_and(|r| r.status() == 200) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the public port stopped serving");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(held);
+    cluster.gateway.shutdown().await;
+    for a in [addr, admin_addr] {
+        assert!(TcpStream::connect(a).await.is_err(), "{a} still accepts");
+    }
 }
