@@ -989,3 +989,113 @@ async fn every_access_line_names_its_client() {
         assert_eq!(line["client"], client_ip, "{line}");
     }
 }
+
+/// A fallback can be cordoned like any node: with every primary down it then takes no call
+/// either (clients are told no upstream can serve); the cordon survives a reload that keeps the
+/// node, and a reload that removes the node takes its cordon (and its gauge) with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cordoned_fallback_takes_no_call_and_its_cordon_follows_reloads() {
+    let (_net, nodes) = support::devnodes(12345, 2, Duration::from_secs(3600)).await;
+    let mut config = Config::default();
+    support::test_gateway(&mut config, &nodes);
+    with_admin_listener(&mut config);
+    config.cache.enabled = false;
+    config.upstreams[1].role = snowgate::config::upstream::Role::Fallback;
+    let file = Arc::new(Mutex::new(config.clone()));
+    let source = {
+        let file = file.clone();
+        ConfigSource::new(move || Ok(file.lock().unwrap().clone()))
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gateway = Gateway::start_from(source, Some(listener)).await.unwrap();
+    let admin = gateway.admin_url().unwrap();
+    let rpc = format!("{}/ext/bc/P", gateway.url());
+    nodes[0].control().go_down().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while row(&status_json(&admin, None).await, "node-0")["state"] != "unhealthy" {
+        assert!(Instant::now() < deadline, "node-0 never went down");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let r = post(&rpc, &call("platform.getHeight", "{}")).await;
+    assert_eq!(r.status, 200, "the fallback serves: {}", r.body);
+    let (status, body) = ask(
+        "POST",
+        &format!("{admin}/snowgate/upstreams/node-1/cordon"),
+        Some(ADMIN_KEY),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    nodes[1].control().reset_calls();
+    let r = post(&rpc, &call("platform.getHeight", "{}")).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert_eq!(nodes[1].control().call_count("platform.getHeight"), 0);
+    let status = status_json(&admin, None).await;
+    assert_eq!(row(&status, "node-1")["role"], "fallback");
+    assert_eq!(row(&status, "node-1")["state"], "cordoned");
+    // A reload that keeps the node (another section changed) keeps its cordon.
+    file.lock().unwrap().limits.body_bytes += 1;
+    gateway.reload().await.unwrap();
+    assert_eq!(
+        row(&status_json(&admin, None).await, "node-1")["cordoned"],
+        true
+    );
+    // A reload that removes it takes the cordon and its gauge along.
+    file.lock().unwrap().upstreams.truncate(1);
+    gateway.reload().await.unwrap();
+    let (status, _) = ask(
+        "POST",
+        &format!("{admin}/snowgate/upstreams/node-1/uncordon"),
+        Some(ADMIN_KEY),
+    )
+    .await;
+    assert_eq!(status, 404);
+    let (_, metrics) = ask("GET", &format!("{admin}/metrics"), None).await;
+    assert!(
+        !metrics.contains("snowgate_upstream_cordoned{upstream=\"node-1\"}"),
+        "{metrics}"
+    );
+    gateway.shutdown().await;
+}
+
+/// A client cannot make the operator's window expensive: method names of its choosing (unknown,
+/// long, one per call) add no metric series and no status row, so `/metrics` and the status JSON
+/// stay the size the config gives them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_chosen_names_add_no_series_and_no_rows() {
+    let cluster = Cluster::start(1, Duration::from_secs(3600), with_admin_listener).await;
+    let admin = cluster.gateway.admin_url().unwrap();
+    let rpc = format!("{}/ext/bc/P", cluster.url());
+    // The series every later scrape has: one unknown method first, so its `-` row exists.
+    post(&rpc, &call("platform.nope0", "{}")).await;
+    let series = |text: &str| {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter(|l| !l.starts_with("process_"))
+            .map(|l| l.rsplit_once(' ').map_or(l, |(name, _)| name).to_string())
+            .collect::<std::collections::BTreeSet<String>>()
+    };
+    let before = series(&ask("GET", &format!("{admin}/metrics"), None).await.1);
+    let status_before = status_json(&admin, None).await;
+    for i in 0..300 {
+        let name = format!("platform.x{i}{}", "y".repeat(200));
+        let r = post(&rpc, &call(&name, "{}")).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert!(
+            r.body.contains("-32601") || r.body.contains("error"),
+            "{}",
+            r.body
+        );
+    }
+    let (_, text) = ask("GET", &format!("{admin}/metrics"), None).await;
+    let after = series(&text);
+    let new: Vec<_> = after.difference(&before).collect();
+    assert!(new.is_empty(), "new series: {new:?}");
+    assert!(!text.contains("platform.x1"), "a client's name in /metrics");
+    let status = status_json(&admin, None).await;
+    assert!(!status.to_string().contains("platform.x1"));
+    assert_eq!(
+        status["upstreams"].as_array().unwrap().len(),
+        status_before["upstreams"].as_array().unwrap().len()
+    );
+    cluster.gateway.shutdown().await;
+}
