@@ -1099,3 +1099,61 @@ async fn client_chosen_names_add_no_series_and_no_rows() {
     );
     cluster.gateway.shutdown().await;
 }
+
+/// DNS rebinding: a web page the operator visits (`http://evil.example:9660/`, its name then
+/// resolved to 127.0.0.1) reads from the admin listener in the operator's own browser, which
+/// sends `Host: evil.example:9660`. Without a key, the admin listener serves its pages only to a
+/// Host that is an address or `localhost` (as avalanchego's `--http-allowed-hosts` does for its
+/// API); any other name needs the admin key. Health stays everyone's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_does_not_serve_a_rebound_name_without_the_key() {
+    let cluster = Cluster::start(1, Duration::from_secs(3600), with_admin_listener).await;
+    let admin_addr = cluster.gateway.admin_addr().unwrap();
+    let port = admin_addr.port();
+    let get = |path: &str, host: &str, key: bool| {
+        let auth = if key {
+            format!("authorization: Bearer {ADMIN_KEY}\r\n")
+        } else {
+            String::new()
+        };
+        format!("GET {path} HTTP/1.1\r\nhost: {host}\r\n{auth}connection: close\r\n\r\n")
+    };
+    let evil = format!("evil.example:{port}");
+    for path in ["/snowgate/status.json", "/metrics"] {
+        let answer = raw(admin_addr, &get(path, &evil, false)).await;
+        assert_eq!(code(&answer), 401, "{path} for {evil}: {answer}");
+        assert!(no_operator_data(&answer), "{answer}");
+        // Absolute form names the host too.
+        let target = format!("http://{evil}{path}");
+        let answer = raw(admin_addr, &get(&target, &evil, false)).await;
+        assert_eq!(code(&answer), 401, "{target}: {answer}");
+        // The key opens it under any name (a scraper by DNS name sends its bearer token).
+        let answer = raw(admin_addr, &get(path, &evil, true)).await;
+        assert_eq!(code(&answer), 200, "{path} with the key");
+        for host in [
+            format!("127.0.0.1:{port}"),
+            "127.0.0.1".to_string(),
+            format!("localhost:{port}"),
+            format!("LocalHost:{port}"),
+            format!("[::1]:{port}"),
+            format!("10.1.2.3:{port}"),
+        ] {
+            let answer = raw(admin_addr, &get(path, &host, false)).await;
+            assert_eq!(code(&answer), 200, "{path} for {host}");
+        }
+        for host in [
+            format!("localhost.evil.example:{port}"),
+            format!("127.0.0.1.nip.io:{port}"),
+            format!("0x7f000001.evil.example:{port}"),
+        ] {
+            let answer = raw(admin_addr, &get(path, &host, false)).await;
+            assert_eq!(code(&answer), 401, "{path} for {host}");
+        }
+    }
+    // The page (no data in it) and health answer whatever the name.
+    for path in ["/snowgate/status", "/ext/health", "/ext/health/liveness"] {
+        let answer = raw(admin_addr, &get(path, &evil, false)).await;
+        assert_eq!(code(&answer), 200, "{path}: {answer}");
+    }
+    cluster.gateway.shutdown().await;
+}

@@ -8,8 +8,9 @@
 //!
 //! Who may read what ([`Access`]): the health endpoints are everyone's, on every listener. The
 //! operator's pages (metrics, status) are served without a key on the admin listener
-//! (`[admin] listen`), and on the public port only when there is no admin listener, and then only
-//! with the admin key (the status page's HTML, which holds no data, loads without one and asks
+//! (`[admin] listen`) to a request that names it by an address or `localhost` (another name needs
+//! the key: it may be a DNS-rebinding page in the operator's browser), and on the public port
+//! only when there is no admin listener, and then only with the admin key (the status page's HTML, which holds no data, loads without one and asks
 //! for it). The actions always need the admin key. With an admin listener, everything but health
 //! answers 404 on the public port, as if it did not exist.
 //!
@@ -161,9 +162,11 @@ impl Admin {
         match (endpoint.access(), surface) {
             (Access::Probe, _) => {}
             (_, Surface::Public) if self.admin_listener => return Err(ProxyError::NotFound),
-            (Access::Read, Surface::Admin) => {}
+            // Asked by another name, it may be a page in the operator's browser whose name was
+            // rebound to this address: that needs the key (see [`local_host`]).
+            (Access::Read, Surface::Admin) if local_host(uri, headers) => {}
             // The page holds no data: it loads, and asks for the key the JSON needs.
-            (Access::Read, Surface::Public) if endpoint == Endpoint::Status => {}
+            (Access::Read, _) if endpoint == Endpoint::Status => {}
             (Access::Read | Access::Act, _) => {
                 if !admin() {
                     return Err(ProxyError::Unauthorized);
@@ -401,6 +404,37 @@ impl Admin {
     }
 }
 
+/// Whether a request names this host by an address or as `localhost` (its URI's authority, else
+/// its `Host`; none at all counts as local: every browser sends one). Any other name may be DNS
+/// rebinding: a web page the operator visits, at `http://evil.example:9660/`, whose name is then
+/// resolved to the admin listener's address, reads from it in the operator's browser with
+/// `Host: evil.example:9660`. So the admin listener serves its pages without the key only to an
+/// address or `localhost`, as avalanchego's `--http-allowed-hosts` guards its API.
+fn local_host(uri: &http::Uri, headers: &HeaderMap) -> bool {
+    let authority = match uri.authority() {
+        Some(a) => a.as_str().to_string(),
+        None => match headers.get(header::HOST).map(|h| h.to_str()) {
+            None => return true,
+            Some(Ok(h)) => h.to_string(),
+            Some(Err(_)) => return false,
+        },
+    };
+    // Without any userinfo (`user@host` is no name a browser sends in Host).
+    let hostport = authority.rsplit('@').next().unwrap_or_default();
+    let host = match hostport.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((addr, rest)) if rest.is_empty() || rest.starts_with(':') => addr,
+            _ => return false,
+        },
+        None => match hostport.split_once(':') {
+            Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+            Some(_) => return false,
+            None => hostport,
+        },
+    };
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok()
+}
+
 /// The status page: static, never cached, and allowed nothing beyond its own origin.
 fn page() -> HttpResponse {
     let mut r = HttpResponse::new(PAGE.into());
@@ -593,6 +627,44 @@ fn tags_decode(params: &Json) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_address_or_localhost_is_a_local_host() {
+        let uri = |u: &str| u.parse::<http::Uri>().expect("a URI");
+        let host = |h: &str| {
+            let mut m = HeaderMap::new();
+            m.insert(
+                header::HOST,
+                HeaderValue::from_str(h).expect("a header value"),
+            );
+            m
+        };
+        for local in [
+            "127.0.0.1:9660",
+            "127.0.0.1",
+            "localhost:9660",
+            "LOCALHOST",
+            "[::1]:9660",
+            "[::1]",
+            "192.0.2.7:80",
+        ] {
+            assert!(local_host(&uri("/metrics"), &host(local)), "{local}");
+        }
+        for name in [
+            "evil.example:9660",
+            "localhost.evil.example",
+            "127.0.0.1.nip.io:9660",
+            "[::1]x:9660",
+            "127.0.0.1:96x0",
+            "",
+        ] {
+            assert!(!local_host(&uri("/metrics"), &host(name)), "{name:?}");
+        }
+        // The absolute form's authority is what counts, not a Host beside it.
+        let rebound = uri("http://evil.example:9660/metrics");
+        assert!(!local_host(&rebound, &host("127.0.0.1:9660")));
+        assert!(local_host(&uri("/metrics"), &HeaderMap::new()));
+    }
 
     #[test]
     fn the_gateways_own_check_names_are_reserved_for_upstreams() {
