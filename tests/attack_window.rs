@@ -1260,3 +1260,56 @@ async fn an_http2_stream_reset_mid_call_is_still_measured() {
     );
     gateway.shutdown().await;
 }
+
+/// Shutdown drains both listeners: a call in flight on the public port finishes, keep-alive and
+/// half-sent requests on the admin listener do not hold the shutdown past `drain_timeout`, and
+/// both ports are closed at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_both_listeners() {
+    let (slow, arrivals, _) = support::slow_node(Duration::from_millis(1000)).await;
+    let mut config = Config::default();
+    support::test_gateway(&mut config, &[]);
+    with_admin_listener(&mut config);
+    config.upstreams = vec![UpstreamConfig {
+        name: "slow".into(),
+        url: format!("http://{slow}"),
+        ..Default::default()
+    }];
+    config.cache.enabled = false;
+    config.server.drain_timeout = Duration::from_secs(3);
+    let gateway = Gateway::start(config).await.unwrap();
+    let (addr, admin_addr) = (gateway.addr(), gateway.admin_addr().unwrap());
+    let admin = gateway.admin_url().unwrap();
+    // A keep-alive connection to the admin listener (the client keeps it in its pool) and one
+    // that sent half a request.
+    let keep = client();
+    let r = keep.get(format!("{admin}/metrics")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let _ = r.bytes().await;
+    let mut half = TcpStream::connect(admin_addr).await.unwrap();
+    half.write_all(b"GET /metrics HTTP/1.1\r\nhost: 127.0.0.1\r\n")
+        .await
+        .unwrap();
+    // A call in flight on the public port.
+    let tx = "2QouvFWUbjuySRxeX5xMbNCuAaKWfbk5FeEa2JmoF85RKLk2dD";
+    let body = call("platform.getTx", &format!(r#"{{"txID":"{tx}"}}"#));
+    let url = format!("http://{addr}/ext/bc/P");
+    let in_flight = tokio::spawn(async move { post(&url, &body).await });
+    assert!(
+        eventually(Duration::from_secs(5), || arrivals.load(Ordering::SeqCst)
+            == 1)
+        .await,
+        "the call never reached the node"
+    );
+    let began = Instant::now();
+    tokio::time::timeout(Duration::from_secs(15), gateway.shutdown())
+        .await
+        .expect("shutdown waited past drain_timeout for the admin listener");
+    assert!(began.elapsed() < Duration::from_secs(10));
+    let r = in_flight.await.unwrap();
+    assert_eq!(r.status, 200, "the call in flight finished: {}", r.body);
+    for a in [addr, admin_addr] {
+        assert!(TcpStream::connect(a).await.is_err(), "{a} still accepts");
+    }
+    drop(keep);
+}
