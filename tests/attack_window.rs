@@ -1313,3 +1313,45 @@ async fn shutdown_drains_both_listeners() {
     }
     drop(keep);
 }
+
+/// Any web page the operator has open (`https://evil.example`) can `fetch` from the admin
+/// listener at `http://127.0.0.1:9660`: the browser sends `Origin: https://evil.example`, and the
+/// gateway's CORS rules (a node's: any origin) let the page read the answer. So a request from
+/// another origin needs the key for the operator's pages, as any other name does; the page
+/// itself (same origin) and clients that send no `Origin` (curl, Prometheus) are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_origins_page_cannot_read_the_admin_listener() {
+    let cluster = Cluster::start(1, Duration::from_secs(3600), with_admin_listener).await;
+    let admin = cluster.gateway.admin_url().unwrap();
+    let get = |path: &str, origin: Option<&str>| {
+        let mut req = client().get(format!("{admin}{path}"));
+        if let Some(origin) = origin {
+            req = req.header("origin", origin);
+        }
+        req.send()
+    };
+    for path in ["/snowgate/status.json", "/metrics"] {
+        for origin in ["https://evil.example", "null", "http://localhost:1"] {
+            let r = get(path, Some(origin)).await.unwrap();
+            let status = r.status().as_u16();
+            let body = r.text().await.unwrap();
+            assert_eq!(status, 401, "{path} from {origin}: {body}");
+            assert!(no_operator_data(&body), "{body}");
+        }
+        let same = admin.clone();
+        let r = get(path, Some(&same)).await.unwrap();
+        assert_eq!(r.status(), 200, "{path} from its own page");
+        let r = get(path, None).await.unwrap();
+        assert_eq!(r.status(), 200, "{path} without Origin");
+        // With the key, another origin is served (an operator's own tool).
+        let r = client()
+            .get(format!("{admin}{path}"))
+            .header("origin", "https://tools.example")
+            .header("authorization", format!("Bearer {ADMIN_KEY}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path} with the key");
+    }
+    cluster.gateway.shutdown().await;
+}

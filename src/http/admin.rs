@@ -8,8 +8,9 @@
 //!
 //! Who may read what ([`Access`]): the health endpoints are everyone's, on every listener. The
 //! operator's pages (metrics, status) are served without a key on the admin listener
-//! (`[admin] listen`) to a request that names it by an address or `localhost` (another name needs
-//! the key: it may be a DNS-rebinding page in the operator's browser), and on the public port
+//! (`[admin] listen`) to a request that names it by an address or `localhost` and comes from no
+//! other origin's page (another name or origin needs the key: it may be a web page in the
+//! operator's browser reading the listener), and on the public port
 //! only when there is no admin listener, and then only with the admin key (the status page's HTML, which holds no data, loads without one and asks
 //! for it). The actions always need the admin key. With an admin listener, everything but health
 //! answers 404 on the public port, as if it did not exist.
@@ -162,9 +163,11 @@ impl Admin {
         match (endpoint.access(), surface) {
             (Access::Probe, _) => {}
             (_, Surface::Public) if self.admin_listener => return Err(ProxyError::NotFound),
-            // Asked by another name, it may be a page in the operator's browser whose name was
-            // rebound to this address: that needs the key (see [`local_host`]).
-            (Access::Read, Surface::Admin) if local_host(uri, headers) => {}
+            // Asked by another name, or from another origin's page, it may be a web page in the
+            // operator's browser reading the listener: that needs the key (see [`local_host`]
+            // and [`same_origin`]).
+            (Access::Read, Surface::Admin)
+                if local_host(uri, headers) && same_origin(uri, headers) => {}
             // The page holds no data: it loads, and asks for the key the JSON needs.
             (Access::Read, _) if endpoint == Endpoint::Status => {}
             (Access::Read | Access::Act, _) => {
@@ -435,6 +438,24 @@ fn local_host(uri: &http::Uri, headers: &HeaderMap) -> bool {
     host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok()
 }
 
+/// Whether a request comes from no web page (no `Origin`: curl, a Prometheus scrape, a browser's
+/// own same-origin GET) or from a page of the listener's own origin (`http://` and the name the
+/// request was sent to). Any other origin's page, in the operator's browser, could otherwise read
+/// the answer: the gateway's CORS rules are a node's, open to every origin.
+fn same_origin(uri: &http::Uri, headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return true;
+    };
+    let asked = match uri.authority() {
+        Some(a) => Some(a.as_str().as_bytes()),
+        None => headers.get(header::HOST).map(|h| h.as_bytes()),
+    };
+    match (origin.as_bytes().strip_prefix(b"http://"), asked) {
+        (Some(from), Some(asked)) => from.eq_ignore_ascii_case(asked),
+        _ => false,
+    }
+}
+
 /// The status page: static, never cached, and allowed nothing beyond its own origin.
 fn page() -> HttpResponse {
     let mut r = HttpResponse::new(PAGE.into());
@@ -664,6 +685,31 @@ mod tests {
         let rebound = uri("http://evil.example:9660/metrics");
         assert!(!local_host(&rebound, &host("127.0.0.1:9660")));
         assert!(local_host(&uri("/metrics"), &HeaderMap::new()));
+    }
+
+    #[test]
+    fn only_no_origin_or_the_listeners_own_is_the_same_origin() {
+        let headers = |origin: Option<&str>| {
+            let mut m = HeaderMap::new();
+            m.insert(header::HOST, HeaderValue::from_static("127.0.0.1:9660"));
+            if let Some(o) = origin {
+                m.insert(header::ORIGIN, HeaderValue::from_str(o).expect("a value"));
+            }
+            m
+        };
+        let uri: http::Uri = "/snowgate/status.json".parse().expect("a URI");
+        assert!(same_origin(&uri, &headers(None)));
+        assert!(same_origin(&uri, &headers(Some("http://127.0.0.1:9660"))));
+        for other in [
+            "https://evil.example",
+            "null",
+            "https://127.0.0.1:9660",
+            "http://127.0.0.1:9661",
+            "http://127.0.0.1:9660.evil.example",
+            "http://localhost:9660",
+        ] {
+            assert!(!same_origin(&uri, &headers(Some(other))), "{other}");
+        }
     }
 
     #[test]
