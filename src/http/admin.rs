@@ -8,8 +8,10 @@
 //!
 //! Who may read what ([`Access`]): the health endpoints are everyone's, on every listener. The
 //! operator's pages (metrics, status) are served without a key on the admin listener
-//! (`[admin] listen`), and on the public port only when there is no admin listener, and then only
-//! with the admin key (the status page's HTML, which holds no data, loads without one and asks
+//! (`[admin] listen`) to a request that names it by an address or `localhost` and comes from no
+//! other origin's page (another name or origin needs the key: it may be a web page in the
+//! operator's browser reading the listener), and on the public port
+//! only when there is no admin listener, and then only with the admin key (the status page's HTML, which holds no data, loads without one and asks
 //! for it). The actions always need the admin key. With an admin listener, everything but health
 //! answers 404 on the public port, as if it did not exist.
 //!
@@ -161,9 +163,13 @@ impl Admin {
         match (endpoint.access(), surface) {
             (Access::Probe, _) => {}
             (_, Surface::Public) if self.admin_listener => return Err(ProxyError::NotFound),
-            (Access::Read, Surface::Admin) => {}
+            // Asked by another name, or from another origin's page, it may be a web page in the
+            // operator's browser reading the listener: that needs the key (see [`local_host`]
+            // and [`same_origin`]).
+            (Access::Read, Surface::Admin)
+                if local_host(uri, headers) && same_origin(uri, headers) => {}
             // The page holds no data: it loads, and asks for the key the JSON needs.
-            (Access::Read, Surface::Public) if endpoint == Endpoint::Status => {}
+            (Access::Read, _) if endpoint == Endpoint::Status => {}
             (Access::Read | Access::Act, _) => {
                 if !admin() {
                     return Err(ProxyError::Unauthorized);
@@ -401,6 +407,55 @@ impl Admin {
     }
 }
 
+/// Whether a request names this host by an address or as `localhost` (its URI's authority, else
+/// its `Host`; none at all counts as local: every browser sends one). Any other name may be DNS
+/// rebinding: a web page the operator visits, at `http://evil.example:9660/`, whose name is then
+/// resolved to the admin listener's address, reads from it in the operator's browser with
+/// `Host: evil.example:9660`. So the admin listener serves its pages without the key only to an
+/// address or `localhost`, as avalanchego's `--http-allowed-hosts` guards its API.
+fn local_host(uri: &http::Uri, headers: &HeaderMap) -> bool {
+    let authority = match uri.authority() {
+        Some(a) => a.as_str().to_string(),
+        None => match headers.get(header::HOST).map(|h| h.to_str()) {
+            None => return true,
+            Some(Ok(h)) => h.to_string(),
+            Some(Err(_)) => return false,
+        },
+    };
+    // Without any userinfo (`user@host` is no name a browser sends in Host).
+    let hostport = authority.rsplit('@').next().unwrap_or_default();
+    let host = match hostport.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((addr, rest)) if rest.is_empty() || rest.starts_with(':') => addr,
+            _ => return false,
+        },
+        None => match hostport.split_once(':') {
+            Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+            Some(_) => return false,
+            None => hostport,
+        },
+    };
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok()
+}
+
+/// Whether a request comes from no web page (no `Origin`: curl, a Prometheus scrape, a browser's
+/// own same-origin GET) or from a page of the listener's own origin (`http://` and the name the
+/// request was sent to). Any other origin's page, in the operator's browser, could otherwise read
+/// the answer: the gateway's CORS rules are a node's, open to every origin.
+fn same_origin(uri: &http::Uri, headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return true;
+    };
+    let asked = match uri.authority() {
+        Some(a) => Some(a.as_str().as_bytes()),
+        None => headers.get(header::HOST).map(|h| h.as_bytes()),
+    };
+    match (origin.as_bytes().strip_prefix(b"http://"), asked) {
+        (Some(from), Some(asked)) => from.eq_ignore_ascii_case(asked),
+        _ => false,
+    }
+}
+
 /// The status page: static, never cached, and allowed nothing beyond its own origin.
 fn page() -> HttpResponse {
     let mut r = HttpResponse::new(PAGE.into());
@@ -593,6 +648,69 @@ fn tags_decode(params: &Json) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_address_or_localhost_is_a_local_host() {
+        let uri = |u: &str| u.parse::<http::Uri>().expect("a URI");
+        let host = |h: &str| {
+            let mut m = HeaderMap::new();
+            m.insert(
+                header::HOST,
+                HeaderValue::from_str(h).expect("a header value"),
+            );
+            m
+        };
+        for local in [
+            "127.0.0.1:9660",
+            "127.0.0.1",
+            "localhost:9660",
+            "LOCALHOST",
+            "[::1]:9660",
+            "[::1]",
+            "192.0.2.7:80",
+        ] {
+            assert!(local_host(&uri("/metrics"), &host(local)), "{local}");
+        }
+        for name in [
+            "evil.example:9660",
+            "localhost.evil.example",
+            "127.0.0.1.nip.io:9660",
+            "[::1]x:9660",
+            "127.0.0.1:96x0",
+            "",
+        ] {
+            assert!(!local_host(&uri("/metrics"), &host(name)), "{name:?}");
+        }
+        // The absolute form's authority is what counts, not a Host beside it.
+        let rebound = uri("http://evil.example:9660/metrics");
+        assert!(!local_host(&rebound, &host("127.0.0.1:9660")));
+        assert!(local_host(&uri("/metrics"), &HeaderMap::new()));
+    }
+
+    #[test]
+    fn only_no_origin_or_the_listeners_own_is_the_same_origin() {
+        let headers = |origin: Option<&str>| {
+            let mut m = HeaderMap::new();
+            m.insert(header::HOST, HeaderValue::from_static("127.0.0.1:9660"));
+            if let Some(o) = origin {
+                m.insert(header::ORIGIN, HeaderValue::from_str(o).expect("a value"));
+            }
+            m
+        };
+        let uri: http::Uri = "/snowgate/status.json".parse().expect("a URI");
+        assert!(same_origin(&uri, &headers(None)));
+        assert!(same_origin(&uri, &headers(Some("http://127.0.0.1:9660"))));
+        for other in [
+            "https://evil.example",
+            "null",
+            "https://127.0.0.1:9660",
+            "http://127.0.0.1:9661",
+            "http://127.0.0.1:9660.evil.example",
+            "http://localhost:9660",
+        ] {
+            assert!(!same_origin(&uri, &headers(Some(other))), "{other}");
+        }
+    }
 
     #[test]
     fn the_gateways_own_check_names_are_reserved_for_upstreams() {
