@@ -170,7 +170,7 @@ impl Stack {
             // 1. Outermost, so that every answer and log line of the request has the id.
             .layer(self.request_ids.clone())
             // 2. Inside the id, whose value the span records.
-            .layer(self.trace.clone())
+            .layer(self.trace.on(conn.peer.ip()))
             // 3. Before routing: a node answers preflights before its router.
             .layer(CorsLayer::new())
             // 4. Over everything that makes an answer, so that each one closes while draining.

@@ -1,7 +1,6 @@
 //! The operator's window attacked: a hostile client, a lying node and an operator having a bad
-//! day against a real gateway on loopback. Each test names what it proves; a test marked
-//! `#[ignore]` is a finding whose fix lies outside this file's slice (the reason says where), and
-//! passes once that fix is in (`cargo test --test attack_window -- --ignored`).
+//! day against a real gateway on loopback. Each test names what it proves: an attack that held,
+//! or one that found a defect and holds since its fix.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -361,7 +360,6 @@ async fn every_request_is_measured_once_however_it_ends() {
 /// layer, but the router's admin-listener refusal answers it with `Routes::reject`, which records
 /// nothing: no access line, no duration.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finding: src/http/router.rs refuses an RPC POST on the admin listener without recording it (fix in the report)"]
 async fn an_rpc_post_to_the_admin_listener_is_measured_once() {
     let cluster = Cluster::start(1, Duration::from_secs(3600), with_admin_listener).await;
     let metrics = cluster.gateway.metrics().clone();
@@ -387,7 +385,6 @@ async fn an_rpc_post_to_the_admin_listener_is_measured_once() {
 /// Finding: the call's end is recorded by the decoding layer after the answer is made; when the
 /// client goes, hyper drops the request's future and nothing is recorded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finding: src/http/decode.rs records a request only when its future completes (fix in the report)"]
 async fn a_client_that_hangs_up_mid_call_is_still_measured() {
     let (slow, arrivals, _) = support::slow_node(Duration::from_millis(1500)).await;
     let mut config = Config::default();
@@ -504,7 +501,6 @@ async fn a_flapping_node_cannot_push_another_nodes_events_out() {
 /// first health check (up to `[health] timeout`), then publishes it; a cordon set meanwhile is
 /// set on the old node, answered `"cordoned":true`, and lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finding: src/upstream/pool.rs loses a cordon set during a reload's first check of a replaced node (fix in the report)"]
 async fn a_cordon_set_while_a_reload_replaces_the_node_is_kept() {
     let (_net, nodes) = support::devnodes(12345, 2, Duration::from_secs(3600)).await;
     let mut config = Config::default();
@@ -914,7 +910,6 @@ async fn a_full_public_port_does_not_lock_the_operator_out() {
 /// summary, so its line says `client="-"`; and the router's 415 names the TCP peer (the proxy),
 /// not the client behind it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finding: src/http/trace.rs (and the 415 in src/http/router.rs) log no client, or the proxy's (fix in the report)"]
 async fn every_access_line_names_its_client() {
     let node = snowgate::devnode::DevNode::spawn(Default::default())
         .await
@@ -1225,7 +1220,6 @@ async fn an_http2_stream_reset_mid_body_is_still_measured() {
 /// Finding: as for HTTP/1.1 (`a_client_that_hangs_up_mid_call_is_still_measured`), the reset
 /// drops the request's future and nothing is recorded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finding: src/http/decode.rs records a request only when its future completes (fix in the report)"]
 async fn an_http2_stream_reset_mid_call_is_still_measured() {
     let (slow, arrivals, _) = support::slow_node(Duration::from_millis(1500)).await;
     let mut config = Config::default();

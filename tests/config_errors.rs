@@ -71,6 +71,21 @@ fn an_upstream_url_without_a_port_is_an_error() {
 }
 
 #[test]
+fn an_upstream_named_only_dots_is_an_error() {
+    // A browser resolves `.` and `..` away in the status page's cordon URL.
+    for name in [".", ".."] {
+        let text = format!("[[upstreams]]\nname = \"{name}\"\nurl = \"http://127.0.0.1:9651\"\n");
+        let e = refused_naming("dots", &text, "upstreams[0].name");
+        assert!(e.contains("not only dots"), "{e}");
+    }
+    snowgate::Config::parse(
+        "[[upstreams]]\nname = \"node.a\"\nurl = \"http://127.0.0.1:9651\"\n",
+        "t.toml",
+    )
+    .unwrap();
+}
+
+#[test]
 fn the_placeholder_admin_key_of_the_examples_is_an_error() {
     let text = format!(
         "{NODE}[admin]\napi_keys = [\"a-real-key-0123456789abcdef\", \"{}\"]\n",

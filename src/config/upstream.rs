@@ -359,7 +359,9 @@ pub fn validate_upstreams(upstreams: &[UpstreamConfig]) -> Result<(), ConfigErro
     let mut names = std::collections::HashSet::new();
     for (i, up) in upstreams.iter().enumerate() {
         let key = format!("upstreams[{i}]");
+        // `.` and `..` are path segments a browser resolves away (the status page's cordon URL).
         if up.name.is_empty()
+            || up.name.chars().all(|c| c == '.')
             || !up
                 .name
                 .chars()
@@ -367,7 +369,7 @@ pub fn validate_upstreams(upstreams: &[UpstreamConfig]) -> Result<(), ConfigErro
         {
             return invalid(
                 format!("{key}.name"),
-                "must be non-empty and use only letters, digits, '-', '_' or '.'",
+                "must be non-empty, not only dots, and use only letters, digits, '-', '_' or '.'",
             );
         }
         if !names.insert(up.name.as_str()) {

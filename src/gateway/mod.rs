@@ -444,7 +444,7 @@ impl Generation {
             )),
             limits: config.limits.clone(),
             trusted_proxies: config.rate_limit.trusted_proxies.clone(),
-            trace: TraceLayer::new(log),
+            trace: TraceLayer::new(log, self.limiter.clone()),
         }
     }
 }

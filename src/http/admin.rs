@@ -217,8 +217,13 @@ impl Admin {
         let mut body = serde_json::to_vec(&report).unwrap_or_default();
         body.push(b'\n');
         let mut r = json(StatusCode::OK, body);
-        r.headers_mut()
-            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        let h = r.headers_mut();
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        // Node versions and names are data: never sniffed into a page.
+        h.insert(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        );
         r
     }
 

@@ -154,6 +154,26 @@ impl Outcome {
     }
 }
 
+/// A request whose answer is not made yet: if its client goes away first (hyper then drops the
+/// request's future), it is recorded on the way out with status 499, as nginx logs it, so that
+/// every request has its access line and its duration.
+struct Unanswered<'a> {
+    log: &'a RequestLog,
+    started: std::time::Instant,
+    id: Option<&'a HeaderValue>,
+    summary: RequestSummary,
+    answered: bool,
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            let gone = StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST);
+            self.log.finish(self.started, gone, self.id, &self.summary);
+        }
+    }
+}
+
 impl<S> Decode<S>
 where
     S: Service<RpcCall, Response = Answer, Error = ProxyError> + Clone + Send + Sync + 'static,
@@ -168,17 +188,22 @@ where
             caller,
             started,
         } = req;
-        let mut summary = RequestSummary {
-            client: Some(caller.client_addr()),
-            ..Default::default()
+        let mut record = Unanswered {
+            log: &self.shared.log,
+            started,
+            id: caller.request_id.as_ref(),
+            summary: RequestSummary {
+                client: Some(caller.client_addr()),
+                ..Default::default()
+            },
+            answered: false,
         };
         let response = self
-            .respond(family, path, &body, &caller, &mut summary)
+            .respond(family, path, &body, &caller, &mut record.summary)
             .await;
-        let id = caller.request_id.as_ref();
-        self.shared
-            .log
-            .finish(started, response.status(), id, &summary);
+        record.answered = true;
+        let log = &self.shared.log;
+        log.finish(started, response.status(), record.id, &record.summary);
         response
     }
 

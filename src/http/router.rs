@@ -214,7 +214,14 @@ where
         // The admin listener serves no RPC.
         if self.conn.surface == Surface::Admin {
             let e = ProxyError::NotFound;
-            return Box::pin(std::future::ready(Ok(routes.reject(&e))));
+            // The trace layer leaves a POST to an RPC path to be recorded here.
+            let answer = if req.method() == Method::POST {
+                let peer = self.conn.peer.ip();
+                routes.refuse_rpc(&e, Instant::now(), peer, req.headers())
+            } else {
+                routes.reject(&e)
+            };
+            return Box::pin(std::future::ready(Ok(answer)));
         }
         if req.method() != Method::POST {
             let e = ProxyError::PostRequired(req.method().clone());
@@ -222,7 +229,7 @@ where
         }
         let started = Instant::now();
         if let Err(e) = json_content(req.headers()) {
-            let peer = self.conn.peer.ip();
+            let peer = routes.caller(req.headers(), self.conn.peer).client_addr();
             let refused = routes.refuse_rpc(&e, started, peer, req.headers());
             return Box::pin(std::future::ready(Ok(refused)));
         }

@@ -66,12 +66,36 @@ impl RequestLog {
 /// Opens a span per request and measures it.
 #[derive(Clone)]
 pub struct TraceLayer {
+    shared: Arc<Tracing>,
+    /// The connection's peer (`None`: the layer of no connection yet, see [`TraceLayer::on`]).
+    peer: Option<std::net::IpAddr>,
+}
+
+/// What every request's trace reads (one reference count per request, as before the client was
+/// in the access line).
+struct Tracing {
     log: Arc<RequestLog>,
+    /// Who the client is, as the rate limiter sees it (`None`: rate limiting is off, the peer).
+    limiter: Option<Arc<crate::ratelimit::Limiter>>,
 }
 
 impl TraceLayer {
-    pub fn new(log: Arc<RequestLog>) -> TraceLayer {
-        TraceLayer { log }
+    pub fn new(
+        log: Arc<RequestLog>,
+        limiter: Option<Arc<crate::ratelimit::Limiter>>,
+    ) -> TraceLayer {
+        TraceLayer {
+            shared: Arc::new(Tracing { log, limiter }),
+            peer: None,
+        }
+    }
+
+    /// This layer for the connection from `peer`.
+    pub fn on(&self, peer: std::net::IpAddr) -> TraceLayer {
+        TraceLayer {
+            peer: Some(peer),
+            ..self.clone()
+        }
     }
 }
 
@@ -81,7 +105,8 @@ impl<S> Layer<S> for TraceLayer {
     fn layer(&self, inner: S) -> Trace<S> {
         Trace {
             inner,
-            log: self.log.clone(),
+            shared: self.shared.clone(),
+            peer: self.peer,
         }
     }
 }
@@ -90,7 +115,8 @@ impl<S> Layer<S> for TraceLayer {
 #[derive(Clone)]
 pub struct Trace<S> {
     inner: S,
-    log: Arc<RequestLog>,
+    shared: Arc<Tracing>,
+    peer: Option<std::net::IpAddr>,
 }
 
 impl<S, B, ResBody> Service<Request<B>> for Trace<S>
@@ -119,8 +145,19 @@ where
         let recorded_below =
             req.method() == Method::POST && super::router::rpc_path(req.uri().path()).is_some();
         // Kept for the access line (the header value is reference-counted, not copied).
-        let request_id = (self.log.access && !recorded_below).then(|| id.clone());
+        let log = &self.shared.log;
+        let request_id = (log.access && !recorded_below).then(|| id.clone());
         let started = (!recorded_below).then(Instant::now);
+        // The client as the limiter sees it, for the access line of a request recorded here.
+        let client = match (&self.shared.limiter, self.peer) {
+            _ if recorded_below || !log.access => None,
+            (Some(l), Some(peer)) => match l.identify(peer, req.headers()) {
+                crate::call::ClientId::Ip(ip) => Some(ip),
+                crate::call::ClientId::Key(_) => Some(peer),
+            },
+            (None, peer) => peer,
+            (Some(_), None) => None,
+        };
         let inner = {
             let _entered = span.enter();
             self.inner.call(req)
@@ -129,8 +166,9 @@ where
             inner,
             span,
             started,
-            log: self.log.clone(),
+            log: log.clone(),
             request_id,
+            client,
         }
     }
 }
@@ -145,6 +183,7 @@ pin_project_lite::pin_project! {
         started: Option<Instant>,
         log: Arc<RequestLog>,
         request_id: Option<HeaderValue>,
+        client: Option<std::net::IpAddr>,
     }
 }
 
@@ -161,7 +200,10 @@ where
         if let Ok(response) = &out {
             tracing::debug!(status = response.status().as_u16(), "answered");
             if let Some(started) = *this.started {
-                let summary = RequestSummary::default();
+                let summary = RequestSummary {
+                    client: *this.client,
+                    ..RequestSummary::default()
+                };
                 let id = this.request_id.take();
                 this.log
                     .finish(started, response.status(), id.as_ref(), &summary);

@@ -37,6 +37,9 @@ pub struct Pool {
     pub(super) height_ceiling: AtomicU64,
     /// Signalled whenever a concurrency slot is released anywhere in the pool.
     slot_freed: tokio::sync::Notify,
+    /// Held by [`Pool::cordon`], and by a reload while it copies the cordons onto the nodes it
+    /// publishes: no cordon is set between the copy and the publication, and lost.
+    cordon_lock: parking_lot::Mutex<()>,
     pub(super) metrics: Metrics,
     /// The network every node must be on: `[network] id`, or the one more than half of the nodes report.
     pub(super) network: std::sync::OnceLock<u32>,
@@ -101,6 +104,7 @@ impl Pool {
             height_floor: AtomicU64::new(0),
             height_ceiling: AtomicU64::new(u64::MAX),
             slot_freed: tokio::sync::Notify::new(),
+            cordon_lock: parking_lot::Mutex::new(()),
             metrics,
             network: std::sync::OnceLock::new(),
             network_judged: std::sync::atomic::AtomicBool::new(false),
@@ -176,7 +180,17 @@ impl Pool {
             max_response_bytes: limits.response_bytes,
         };
         futures_util::future::join_all(fresh.iter().map(|u| self.check_with(u, &candidate))).await;
-        self.members.store(Arc::new(candidate));
+        {
+            // The cordons as they are now (one may have been set while the new nodes were
+            // checked), copied under the lock `cordon` takes, and published with the nodes.
+            let _cordons = self.cordon_lock.lock();
+            for u in &fresh {
+                if let Some(o) = old.upstreams.iter().find(|o| o.name == u.name) {
+                    u.set_cordoned(o.cordoned.load(Ordering::Relaxed));
+                }
+            }
+            self.members.store(Arc::new(candidate));
+        }
         for name in &changes.removed {
             events::report(&self.metrics, name, NodeEvent::Removed);
         }
@@ -224,6 +238,8 @@ impl Pool {
     /// upstream has that name; else whether it is cordoned now. Reported as a state change when
     /// it changes anything.
     pub fn cordon(&self, name: &str, on: bool) -> Option<bool> {
+        // A reload publishing new nodes copies the cordons under this lock (see the field).
+        let _cordons = self.cordon_lock.lock();
         let members = self.members();
         let upstream = Self::by_name(&members, name)?;
         if upstream.cordoned.swap(on, Ordering::AcqRel) != on {
