@@ -17,24 +17,15 @@ use snowgate::config::{Config, UpstreamConfig};
 use snowgate::gateway::ConfigSource;
 use snowgate::metrics::Metrics;
 use snowgate::Gateway;
+use support::window::{self, row, status_json, with_admin_listener};
 use support::{call, client, eventually, post, post_with, Cluster, ADMIN_KEY};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// Starts the gateway with an admin listener on 127.0.0.1:0.
-fn with_admin_listener(config: &mut Config) {
-    config.admin.listen = Some("127.0.0.1:0".parse().unwrap());
-}
-
 /// `method url` with an optional bearer key: (status, body).
 async fn ask(method: &str, url: &str, key: Option<&str>) -> (u16, String) {
-    let mut req = client().request(method.parse().unwrap(), url);
-    if let Some(key) = key {
-        req = req.header("authorization", format!("Bearer {key}"));
-    }
-    let r = req.send().await.unwrap();
-    let status = r.status().as_u16();
-    (status, r.text().await.unwrap())
+    let (status, _, body) = window::ask(method, url, key).await;
+    (status, body)
 }
 
 /// Writes `request` as is to `addr` and reads the answer until the gateway closes (at most 10 s).
@@ -66,21 +57,6 @@ fn measured(metrics: &Metrics) -> u64 {
         .flat_map(|f| f.get_metric().iter())
         .map(|m| m.get_histogram().get_sample_count())
         .sum()
-}
-
-async fn status_json(base: &str, key: Option<&str>) -> Value {
-    let (status, body) = ask("GET", &format!("{base}/snowgate/status.json"), key).await;
-    assert_eq!(status, 200, "{body}");
-    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))
-}
-
-fn row<'a>(status: &'a Value, name: &str) -> &'a Value {
-    status["upstreams"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|u| u["name"] == name)
-        .unwrap_or_else(|| panic!("no row for {name}: {status}"))
 }
 
 /// Whether no operator data (metrics, status JSON) is in `body`.
@@ -356,7 +332,7 @@ async fn every_request_is_measured_once_however_it_ends() {
 /// An RPC body sent to the admin listener is answered 404 (it serves no RPC) and, like every other
 /// request, measured and logged once.
 ///
-/// Finding: the trace layer leaves every `POST` to an RPC path to the router and the decoding
+/// Found: the trace layer leaves every `POST` to an RPC path to the router and the decoding
 /// layer, but the router's admin-listener refusal answers it with `Routes::reject`, which records
 /// nothing: no access line, no duration.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -379,13 +355,13 @@ async fn an_rpc_post_to_the_admin_listener_is_measured_once() {
     cluster.gateway.shutdown().await;
 }
 
-/// A client that hangs up while its call is at the node still gets its request measured and its
-/// access line (as nginx logs a 499): an operator counting requests in the log must see it.
-///
-/// Finding: the call's end is recorded by the decoding layer after the answer is made; when the
-/// client goes, hyper drops the request's future and nothing is recorded.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_that_hangs_up_mid_call_is_still_measured() {
+/// A gateway in front of one node that answers after 1.5 s (the cache off), its arrivals, and a
+/// call's body.
+async fn slow_gateway() -> (
+    Gateway,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    String,
+) {
     let (slow, arrivals, _) = support::slow_node(Duration::from_millis(1500)).await;
     let mut config = Config::default();
     support::test_gateway(&mut config, &[]);
@@ -396,10 +372,21 @@ async fn a_client_that_hangs_up_mid_call_is_still_measured() {
     }];
     config.cache.enabled = false;
     let gateway = Gateway::start(config).await.unwrap();
-    let metrics = gateway.metrics().clone();
-    let before = measured(&metrics);
     let tx = "2QouvFWUbjuySRxeX5xMbNCuAaKWfbk5FeEa2JmoF85RKLk2dD";
     let body = call("platform.getTx", &format!(r#"{{"txID":"{tx}"}}"#));
+    (gateway, arrivals, body)
+}
+
+/// A client that hangs up while its call is at the node still gets its request measured and its
+/// access line (as nginx logs a 499): an operator counting requests in the log must see it.
+///
+/// Found: the call's end was recorded by the decoding layer after the answer was made; when the
+/// client went, hyper dropped the request's future and nothing was recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_hangs_up_mid_call_is_still_measured() {
+    let (gateway, arrivals, body) = slow_gateway().await;
+    let metrics = gateway.metrics().clone();
+    let before = measured(&metrics);
     {
         let mut s = TcpStream::connect(gateway.addr()).await.unwrap();
         let request = format!(
@@ -497,7 +484,7 @@ async fn a_flapping_node_cannot_push_another_nodes_events_out() {
 /// is the operator's word about the name, and is kept on the new node, as a cordon set before the
 /// reload is; so is an uncordon.
 ///
-/// Finding: `Pool::reconfigure` copies each name's cordon onto the new node before that node's
+/// Found: `Pool::reconfigure` copies each name's cordon onto the new node before that node's
 /// first health check (up to `[health] timeout`), then publishes it; a cordon set meanwhile is
 /// set on the old node, answered `"cordoned":true`, and lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -906,7 +893,7 @@ async fn a_full_public_port_does_not_lock_the_operator_out() {
 /// probes, a 415, and the operator's own actions (a purge refused, a cordon) must be
 /// attributable too.
 ///
-/// Finding: the trace layer records every request that is not a JSON-RPC body with an empty
+/// Found: the trace layer records every request that is not a JSON-RPC body with an empty
 /// summary, so its line says `client="-"`; and the router's 415 names the TCP peer (the proxy),
 /// not the client behind it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1217,24 +1204,13 @@ async fn an_http2_stream_reset_mid_body_is_still_measured() {
 /// The same over HTTP/2: a stream reset while its call is at the node still has its request
 /// measured and logged once.
 ///
-/// Finding: as for HTTP/1.1 (`a_client_that_hangs_up_mid_call_is_still_measured`), the reset
-/// drops the request's future and nothing is recorded.
+/// Found: as for HTTP/1.1 (`a_client_that_hangs_up_mid_call_is_still_measured`), the reset
+/// dropped the request's future and nothing was recorded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http2_stream_reset_mid_call_is_still_measured() {
-    let (slow, arrivals, _) = support::slow_node(Duration::from_millis(1500)).await;
-    let mut config = Config::default();
-    support::test_gateway(&mut config, &[]);
-    config.upstreams = vec![UpstreamConfig {
-        name: "slow".into(),
-        url: format!("http://{slow}"),
-        ..Default::default()
-    }];
-    config.cache.enabled = false;
-    let gateway = Gateway::start(config).await.unwrap();
+    let (gateway, arrivals, body) = slow_gateway().await;
     let metrics = gateway.metrics().clone();
     let before = measured(&metrics);
-    let tx = "2QouvFWUbjuySRxeX5xMbNCuAaKWfbk5FeEa2JmoF85RKLk2dD";
-    let body = call("platform.getTx", &format!(r#"{{"txID":"{tx}"}}"#));
     let mut sender = support::h2_connect(gateway.addr(), 65_535).await;
     let url = format!("http://{}/ext/bc/P", gateway.addr());
     let streams = support::h2_posts(&mut sender, &url, &body, 1).await;

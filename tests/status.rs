@@ -9,45 +9,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use snowgate::config::Config;
+use support::window::{ask, row, status_json, with_admin_listener};
 use support::{call, client, eventually, post, post_with, Cluster, ADMIN_KEY};
-
-/// Starts a gateway with an admin listener on 127.0.0.1:0.
-fn with_admin_listener(config: &mut Config) {
-    config.admin.listen = Some("127.0.0.1:0".parse().unwrap());
-}
-
-/// `method url` with an optional bearer key: (status, content type, body).
-async fn ask(method: &str, url: &str, key: Option<&str>) -> (u16, String, String) {
-    let mut req = client().request(method.parse().unwrap(), url);
-    if let Some(key) = key {
-        req = req.header("authorization", format!("Bearer {key}"));
-    }
-    let r = req.send().await.unwrap();
-    let status = r.status().as_u16();
-    let kind = r
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
-    (status, kind, r.text().await.unwrap())
-}
-
-async fn status_json(base: &str, key: Option<&str>) -> Value {
-    let (status, _, body) = ask("GET", &format!("{base}/snowgate/status.json"), key).await;
-    assert_eq!(status, 200, "{body}");
-    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))
-}
-
-fn row<'a>(status: &'a Value, name: &str) -> &'a Value {
-    status["upstreams"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|u| u["name"] == name)
-        .unwrap_or_else(|| panic!("no row for {name}: {status}"))
-}
 
 /// Polls the status JSON until `ok` holds (at most `limit`); the last one seen.
 async fn status_until(

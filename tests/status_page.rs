@@ -22,7 +22,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use fantoccini::Locator;
 use http_body_util::Full;
 use serde_json::{json, Value};
 
@@ -455,15 +454,7 @@ async fn the_admin_key_is_asked_for_and_sent() {
     );
 
     // The key typed in is kept in this tab's sessionStorage and sent as a bearer token.
-    let input = b.client.find(Locator::Id("admin-key")).await.unwrap();
-    input.send_keys(FIXTURE_KEY).await.unwrap();
-    b.client
-        .find(Locator::Id("key-use"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.enter_key(FIXTURE_KEY).await;
     wait_rows(&b).await;
     assert_eq!(
         b.eval("return sessionStorage.getItem('snowgate.adminKey');")
@@ -521,15 +512,7 @@ async fn the_admin_key_is_asked_for_and_sent() {
     );
 
     // A wrong key: status.json answers 401 again, the page greys and asks for the key.
-    let input = b.client.find(Locator::Id("admin-key")).await.unwrap();
-    input.send_keys("a-wrong-key-0123456789").await.unwrap();
-    b.client
-        .find(Locator::Id("key-use"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.enter_key("a-wrong-key-0123456789").await;
     b.wait_for(
         Duration::from_secs(8),
         "stale and asking for the key after a wrong one",
@@ -658,27 +641,8 @@ async fn the_page_follows_a_live_gateway_and_cordons_a_node() {
 
     // Cordon node-2 from the page, with the admin key typed in: its row says so, and it takes no
     // more calls while the two others keep serving.
-    b.client
-        .find(Locator::Id("admin-key"))
-        .await
-        .unwrap()
-        .send_keys(ADMIN_KEY)
-        .await
-        .unwrap();
-    b.client
-        .find(Locator::Id("key-use"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    b.client
-        .find(Locator::Css("[data-upstream=\"node-2\"] .cordon"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.enter_key(ADMIN_KEY).await;
+    b.click("[data-upstream=\"node-2\"] .cordon").await;
     b.wait_for(
         Duration::from_secs(5),
         "node-2 cordoned",
@@ -768,13 +732,7 @@ async fn the_page_follows_a_live_gateway_and_cordons_a_node() {
     .await;
 
     // Uncordoned from the page: node-2 is back, and the only node left serving.
-    b.client
-        .find(Locator::Css("[data-upstream=\"node-2\"] .cordon"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click("[data-upstream=\"node-2\"] .cordon").await;
     b.wait_for(
         Duration::from_secs(5),
         "node-2 healthy again",
@@ -819,20 +777,7 @@ async fn on_the_public_port_the_page_asks_for_the_key() {
            document.querySelectorAll('[data-upstream]').length === 0;",
     )
     .await;
-    b.client
-        .find(Locator::Id("admin-key"))
-        .await
-        .unwrap()
-        .send_keys(ADMIN_KEY)
-        .await
-        .unwrap();
-    b.client
-        .find(Locator::Id("key-use"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.enter_key(ADMIN_KEY).await;
     b.wait_for(
         Duration::from_secs(10),
         "both rows with the key",

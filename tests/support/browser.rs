@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fantoccini::{Client, ClientBuilder};
+use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
 
 /// What a machine without the browser must install (also in `.ci/run`).
@@ -141,6 +141,27 @@ impl Browser {
                 ),
             }
         }
+    }
+
+    /// Clicks the element `css` selects (the test fails if there is none).
+    pub async fn click(&self, css: &str) {
+        let element = self.client.find(Locator::Css(css)).await;
+        let element = element.unwrap_or_else(|e| panic!("no element {css}: {e}"));
+        element
+            .click()
+            .await
+            .unwrap_or_else(|e| panic!("clicking {css}: {e}"));
+    }
+
+    /// Types `key` into the page's admin key field and presses its Use button.
+    pub async fn enter_key(&self, key: &str) {
+        let input = self.client.find(Locator::Id("admin-key")).await;
+        let input = input.unwrap_or_else(|e| panic!("no admin key field: {e}"));
+        input
+            .send_keys(key)
+            .await
+            .unwrap_or_else(|e| panic!("typing the key: {e}"));
+        self.click("#key-use").await;
     }
 
     /// Runs `script` (a function body: `return ...`) in the page and gives its value.

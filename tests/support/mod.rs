@@ -8,6 +8,7 @@ pub mod fleet;
 pub mod logs;
 pub mod prometheus;
 pub mod redis;
+pub mod window;
 
 use std::time::Duration;
 
