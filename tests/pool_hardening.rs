@@ -142,14 +142,7 @@ fn upstream_status(gw: &snowgate::Gateway, name: &str) -> snowgate::upstream::Up
 }
 
 async fn get_health(gw: &snowgate::Gateway) -> String {
-    client()
-        .get(format!("{}/ext/health", gw.url()))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+    support::get_text(&format!("{}/ext/health", gw.url())).await
 }
 
 #[tokio::test]

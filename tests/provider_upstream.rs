@@ -99,17 +99,6 @@ async fn scripted_node() -> (u16, Seen) {
     (port, seen)
 }
 
-async fn get(url: &str) -> String {
-    support::client()
-        .get(url)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn a_provider_upstream_gets_its_path_headers_and_host_and_its_secrets_stay_inside() {
     // Unique to this test: the process's tests share one environment.
@@ -198,7 +187,7 @@ async fn a_provider_upstream_gets_its_path_headers_and_host_and_its_secrets_stay
     )
     .await;
     assert!(error.body.contains("error"), "{}", error.body);
-    let health = get(&format!("{base}/ext/health")).await;
+    let health = support::get_text(&format!("{base}/ext/health")).await;
     let metrics = support::get_metrics(&base).await;
     for text in [&error.body, &health, &metrics] {
         for secret in [KEY, PASSWORD, HEADER_VALUE, "SECRET", "node.internal"] {

@@ -283,11 +283,7 @@ impl Pool {
         self.expect_network(configured);
         self.network_judged.store(true, Ordering::Relaxed);
         let members = self.members();
-        let reported: Vec<u32> = members
-            .upstreams
-            .iter()
-            .filter_map(|u| u.identity.lock().network_id)
-            .collect();
+        let reported = reported_networks(&members);
         if self.network.get().is_none() {
             if let Some(id) = super::identity::majority(&reported, members.upstreams.len()) {
                 let _ = self.network.set(id);
@@ -319,11 +315,7 @@ impl Pool {
             return;
         }
         let members = self.members();
-        let reported: Vec<u32> = members
-            .upstreams
-            .iter()
-            .filter_map(|u| u.identity.lock().network_id)
-            .collect();
+        let reported = reported_networks(&members);
         if let Some(id) = super::identity::majority(&reported, members.upstreams.len()) {
             if self.network.set(id).is_ok() {
                 tracing::info!(
@@ -494,4 +486,13 @@ fn answer_field(
     v.field(name)
         .cloned()
         .ok_or_else(|| AttemptError::new(Fault::BadAnswer, format!("no {name} in answer")))
+}
+
+/// The networks the members reported when last asked (a node never asked says none).
+fn reported_networks(members: &Members) -> Vec<u32> {
+    members
+        .upstreams
+        .iter()
+        .filter_map(|u| u.identity.lock().network_id)
+        .collect()
 }

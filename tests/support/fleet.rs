@@ -118,15 +118,7 @@ impl Fleet {
 
     /// Instance `i`'s `/metrics` text.
     pub async fn metrics(&self, i: usize) -> String {
-        client()
-            .get(format!("{}/metrics", self.url(i)))
-            .header("authorization", format!("Bearer {}", super::ADMIN_KEY))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
+        super::get_metrics(&self.url(i)).await
     }
 
     /// One sample of instance `i`'s metrics, `series` written as in the exposition
