@@ -71,6 +71,15 @@ fn an_upstream_url_without_a_port_is_an_error() {
 }
 
 #[test]
+fn the_admin_listener_needs_its_own_address() {
+    let text = "[server]\nlisten = \"127.0.0.1:9650\"\n[admin]\nlisten = \"127.0.0.1:9650\"\n\
+                [[upstreams]]\nname = \"a\"\nurl = \"http://127.0.0.1:9651\"\n";
+    let e = refused_naming("admin-listen", text, "admin.listen");
+    assert!(e.contains("is server.listen"), "{e}");
+    snowgate::Config::parse(&text.replace(":9650\"\n[[", ":9660\"\n[["), "t.toml").unwrap();
+}
+
+#[test]
 fn an_upstream_named_only_dots_is_an_error() {
     // A browser resolves `.` and `..` away in the status page's cordon URL.
     for name in [".", ".."] {
