@@ -19,7 +19,7 @@ use snowgate::gateway::ConfigSource;
 use snowgate::Gateway;
 use support::prometheus::{families, selectable, series_labels, Family};
 use support::redis::{RedisServer, SharedRedis};
-use support::{call, client, post, ADMIN_KEY};
+use support::{call, client, post};
 
 /// The dashboard, parsed.
 fn dashboard() -> Value {
@@ -529,25 +529,12 @@ fn the_dashboard_is_an_importable_grafana_dashboard() {
     }
 }
 
-/// `GET /metrics` with the admin key (required on the public port when there is no admin
-/// listener).
-async fn scrape(url: &str) -> String {
-    let r = client()
-        .get(format!("{url}/metrics"))
-        .header("authorization", format!("Bearer {ADMIN_KEY}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200, "GET /metrics");
-    r.text().await.unwrap()
-}
-
 /// Scrapes until every family in `names` is exposed, for at most 15 s, making the calls `poke`
 /// names (the info and P-chain URLs) between scrapes; the last exposition.
 async fn scrape_until(url: &str, names: &[&str], poke: Option<(&str, &str)>) -> String {
     let start = Instant::now();
     loop {
-        let text = scrape(url).await;
+        let text = support::get_metrics(url).await;
         let exposed = families(&text);
         let missing = names.iter().any(|n| !exposed.iter().any(|f| f.name == *n));
         if !missing || start.elapsed() > Duration::from_secs(15) {
