@@ -328,3 +328,32 @@ async fn with_redis_the_shared_tier_is_a_check_of_its_own() {
     assert!(!r.body.contains(&redis_url), "{}", r.body);
     assert!(!r.body.contains("redis+unix"), "{}", r.body);
 }
+
+/// `[admin] public_versions = false` hides each node's release from `GET /ext/health` for callers
+/// without a key (an attacker learns which nodes run an old release); the admin key still sees it.
+#[tokio::test]
+async fn node_releases_can_be_hidden_from_the_public_health_answer() {
+    let shown = healthy_cluster(1, |_| {}).await;
+    let body = support::get_text(&format!("{}/ext/health", shown.url())).await;
+    assert!(body.contains("\"version\":"), "shown by default: {body}");
+
+    // The test gateway has ADMIN_KEY as its admin key.
+    let hidden = healthy_cluster(1, |c| c.admin.public_versions = false).await;
+    let url = format!("{}/ext/health", hidden.url());
+    let public = support::get_text(&url).await;
+    assert!(public.contains("\"height\":"), "{public}");
+    assert!(!public.contains("\"version\""), "hidden: {public}");
+    let keyed = client()
+        .get(&url)
+        .header("authorization", format!("Bearer {ADMIN_KEY}"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        keyed.contains("\"version\":"),
+        "the operator sees it: {keyed}"
+    );
+}

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use super::{invalid, ConfigError};
 
 /// `[admin]`: callers allowed to use restricted methods.
-#[derive(Clone, Deserialize, Default, PartialEq)]
+#[derive(Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminConfig {
     /// Bearer tokens (`Authorization: Bearer <key>`) that unlock node-specific and keystore
@@ -16,6 +16,20 @@ pub struct AdminConfig {
     /// purge, reload, cordon): served there, and 404 on the public port. Keep it on loopback or
     /// a private network. Read at start only.
     pub listen: Option<std::net::SocketAddr>,
+    /// Whether `GET /ext/health` names each node's avalanchego release (`version`) to anyone.
+    /// `false` hides it from the public (it tells an attacker which nodes run an old release);
+    /// callers with an admin key, and the admin listener, still see it. Changes on a reload.
+    pub public_versions: bool,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            api_keys: Vec::new(),
+            listen: None,
+            public_versions: true,
+        }
+    }
 }
 
 impl std::fmt::Debug for AdminConfig {
@@ -26,6 +40,7 @@ impl std::fmt::Debug for AdminConfig {
                 &format_args!("[{} redacted]", self.api_keys.len()),
             )
             .field("listen", &self.listen)
+            .field("public_versions", &self.public_versions)
             .finish()
     }
 }

@@ -406,6 +406,7 @@ impl Generation {
             limiter: self.limiter.clone(),
             cache_max_bytes: config.cache.max_bytes,
             admin_listener: config.admin.listen.is_some(),
+            public_versions: config.admin.public_versions,
         };
         let log = Arc::new(RequestLog {
             durations: HistogramTable::new(

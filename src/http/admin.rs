@@ -127,6 +127,8 @@ pub struct Admin {
     pub(crate) cache_max_bytes: u64,
     /// `[admin] listen` is set: the operator's endpoints live there, not on the public port.
     pub(crate) admin_listener: bool,
+    /// `[admin] public_versions`: `/ext/health` names node releases to callers without a key.
+    pub(crate) public_versions: bool,
 }
 
 /// `/ext/health`'s body: the pool, and the fleet's shared tier when there is one. Redis down does
@@ -182,7 +184,12 @@ impl Admin {
                 allowed: "GET",
                 path: "/ext/health",
             }),
-            Endpoint::Health | Endpoint::HealthGet => Ok(self.health()),
+            Endpoint::Health | Endpoint::HealthGet => {
+                // Releases only to the operator when `public_versions` is off: the admin listener
+                // (reached only from where the operator put it) or a caller with the key.
+                let versions = self.public_versions || surface == Surface::Admin || admin();
+                Ok(self.health(versions))
+            }
             Endpoint::Liveness => Ok(liveness()),
             Endpoint::Metrics if method == Method::GET => Ok(self.metrics().await),
             Endpoint::Metrics => Err(ProxyError::NotFound),
@@ -252,8 +259,13 @@ impl Admin {
 
     /// The pool's state; 503 when no node can serve, or while draining (so that a load
     /// balancer stops sending before the listener closes).
-    fn health(&self) -> HttpResponse {
-        let status = self.status();
+    fn health(&self, versions: bool) -> HttpResponse {
+        let mut status = self.status();
+        if !versions {
+            for upstream in &mut status.upstreams {
+                upstream.version = None;
+            }
+        }
         let code = if status.healthy {
             StatusCode::OK
         } else {

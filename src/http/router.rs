@@ -387,6 +387,7 @@ mod tests {
                 limiter: None,
                 cache_max_bytes: 0,
                 admin_listener: false,
+                public_versions: true,
             },
             limiter: None,
             log: Arc::new(RequestLog {
