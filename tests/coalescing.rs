@@ -29,7 +29,7 @@ async fn a_coalesced_miss_completes_for_its_waiters_when_its_first_client_leaves
     }];
     let gw = snowgate::Gateway::start(config).await.unwrap();
     assert!(
-        eventually(Duration::from_secs(10), || gw.pool().status().healthy).await,
+        eventually(Duration::from_secs(60), || gw.pool().status().healthy).await,
         "the node never became healthy"
     );
     let tx = "2QouvFWUbjuySRxeX5xMbNCuAaKWfbk5FeEa2JmoF85RKLk2dD";
@@ -45,7 +45,7 @@ async fn a_coalesced_miss_completes_for_its_waiters_when_its_first_client_leaves
     a.write_all(head.as_bytes()).await.unwrap();
     a.write_all(body.as_bytes()).await.unwrap();
     assert!(
-        eventually(Duration::from_secs(5), || arrivals.load(Ordering::SeqCst)
+        eventually(Duration::from_secs(60), || arrivals.load(Ordering::SeqCst)
             == 1)
         .await,
         "client A's call never reached the node"

@@ -65,7 +65,7 @@ async fn healthy_cluster(n: usize, tweak: impl FnOnce(&mut snowgate::Config)) ->
     let cluster = Cluster::start(n, Duration::from_secs(60), tweak).await;
     let pool = cluster.gateway.pool().clone();
     assert!(
-        eventually(Duration::from_secs(10), || pool
+        eventually(Duration::from_secs(60), || pool
             .status()
             .upstreams
             .iter()

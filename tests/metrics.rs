@@ -177,7 +177,7 @@ async fn refused_connections_are_not_counted_and_closed_ones_are_counted_closed_
     assert_eq!(gauge.get(), 1);
     c.gateway.shutdown().await;
     assert!(
-        support::eventually(Duration::from_secs(10), || gauge.get() == 0).await,
+        support::eventually(Duration::from_secs(60), || gauge.get() == 0).await,
         "drained: {}",
         gauge.get()
     );

@@ -154,7 +154,7 @@ async fn a_node_with_an_implausible_height_takes_no_traffic_and_the_honest_nodes
     })
     .await;
     let gw = &c.gateway;
-    let settled = eventually(Duration::from_secs(10), || {
+    let settled = eventually(Duration::from_secs(60), || {
         let s = gw.pool().status();
         s.upstreams
             .iter()
@@ -204,14 +204,14 @@ async fn the_pool_serves_again_when_the_highest_node_leaves() {
     ]);
     cfg.health.failure_threshold = 1;
     let gw = snowgate::Gateway::start(cfg).await.unwrap();
-    let lagging = eventually(Duration::from_secs(10), || {
+    let lagging = eventually(Duration::from_secs(60), || {
         !upstream_status(&gw, "real").takes_traffic && upstream_status(&gw, "high").takes_traffic
     })
     .await;
     assert!(lagging, "{:?}", gw.pool().status());
     // ...and once it leaves, the real node takes the traffic again within a few checks.
     high.down.store(true, Ordering::Relaxed);
-    let back = eventually(Duration::from_secs(10), || {
+    let back = eventually(Duration::from_secs(60), || {
         upstream_status(&gw, "real").takes_traffic
     })
     .await;
@@ -235,13 +235,13 @@ async fn a_node_that_restarts_lower_keeps_serving() {
         .await
         .unwrap();
     assert!(
-        eventually(Duration::from_secs(10), || gw.pool().best_height() == 5_000).await,
+        eventually(Duration::from_secs(60), || gw.pool().best_height() == 5_000).await,
         "{:?}",
         gw.pool().status()
     );
     // A restart from an older snapshot, or a chain reset: the height goes down.
     node.height.store(10, Ordering::Relaxed);
-    let serving = eventually(Duration::from_secs(10), || {
+    let serving = eventually(Duration::from_secs(60), || {
         let s = upstream_status(&gw, "only");
         s.height == Some(10) && s.takes_traffic
     })
@@ -294,7 +294,7 @@ async fn a_client_calling_a_slow_method_takes_no_node_out() {
     cfg.health.interval = Duration::from_millis(300);
     let gw = snowgate::Gateway::start(cfg).await.unwrap();
     assert!(
-        eventually(Duration::from_secs(10), || gw
+        eventually(Duration::from_secs(60), || gw
             .pool()
             .status()
             .upstreams
@@ -373,7 +373,7 @@ async fn a_method_can_carry_its_own_timeout() {
     cfg.limits.request_deadline = Duration::from_secs(5);
     let gw = snowgate::Gateway::start(cfg).await.unwrap();
     assert!(
-        eventually(Duration::from_secs(10), || upstream_status(&gw, "only")
+        eventually(Duration::from_secs(60), || upstream_status(&gw, "only")
             .takes_traffic)
         .await
     );
@@ -471,7 +471,7 @@ async fn node_addresses_and_node_bodies_never_reach_the_public_or_the_logs() {
     cfg.health.interval = Duration::from_secs(60);
     let gw = snowgate::Gateway::start(cfg).await.unwrap();
     assert!(
-        eventually(Duration::from_secs(10), || upstream_status(&gw, "echo")
+        eventually(Duration::from_secs(60), || upstream_status(&gw, "echo")
             .takes_traffic)
         .await
     );
@@ -538,7 +538,7 @@ async fn upstream_request_ids_are_unpredictable() {
         .await
         .unwrap();
     assert!(
-        eventually(Duration::from_secs(10), || upstream_status(&gw, "only")
+        eventually(Duration::from_secs(60), || upstream_status(&gw, "only")
             .takes_traffic)
         .await
     );
@@ -650,7 +650,7 @@ async fn an_unsolicited_answer_on_a_kept_alive_connection_is_never_taken_for_the
     cfg.health.interval = Duration::from_secs(60);
     let gw = snowgate::Gateway::start(cfg).await.unwrap();
     assert!(
-        eventually(Duration::from_secs(10), || upstream_status(&gw, "forger")
+        eventually(Duration::from_secs(60), || upstream_status(&gw, "forger")
             .takes_traffic)
         .await
     );

@@ -119,20 +119,35 @@ async fn status_json_shows_a_lagging_node_a_dead_one_and_the_events() {
     .await;
     let admin = c.gateway.admin_url().unwrap();
     let url = format!("{}/ext/bc/P", c.url());
-    for _ in 0..30 {
-        assert_eq!(
-            post(&url, &call("platform.getHeight", "{}")).await.status,
-            200
-        );
-    }
-    let s = status_until(&admin, None, Duration::from_secs(5), |s| {
-        s["upstreams"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|u| u["callsPerSecond"].as_f64() > Some(0.0))
+    assert_eq!(
+        post(&url, &call("platform.getHeight", "{}")).await.status,
+        200
+    );
+    // Calls keep coming until the page's window holds some with their latencies (the sampler
+    // copies the counters once a second, however busy the machine): at most 10,000 calls.
+    let calling = tokio::spawn({
+        let url = url.clone();
+        async move {
+            for _ in 0..10_000 {
+                assert_eq!(
+                    post(&url, &call("platform.getHeight", "{}")).await.status,
+                    200
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    });
+    let s = status_until(&admin, None, Duration::from_secs(60), |s| {
+        s["upstreams"].as_array().unwrap().iter().any(|u| {
+            u["callsPerSecond"].as_f64() > Some(0.0)
+                && u["latencyP50Ms"].as_f64().is_some()
+                && u["latencyHistoryMs"]
+                    .as_array()
+                    .is_some_and(|h| h.iter().any(Value::is_f64))
+        }) && s["pool"]["requestsPerSecond"]["ok"].as_f64() > Some(0.0)
     })
     .await;
+    calling.abort();
     for name in ["node-0", "node-1", "node-2"] {
         let u = row(&s, name);
         assert_eq!(u["state"], "healthy", "{u}");
@@ -148,21 +163,13 @@ async fn status_json_shows_a_lagging_node_a_dead_one_and_the_events() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|u| u["callsPerSecond"].as_f64() > Some(0.0))
-        .unwrap();
-    assert!(busy["latencyP50Ms"].as_f64().is_some(), "{busy}");
+        .find(|u| u["latencyP50Ms"].as_f64().is_some())
+        .unwrap_or_else(|| panic!("no node shows its latency: {s}"));
+    assert!(busy["callsPerSecond"].as_f64() > Some(0.0), "{busy}");
     assert!(busy["latencyP99Ms"].as_f64() >= busy["latencyP50Ms"].as_f64());
-    assert!(
-        busy["latencyHistoryMs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(Value::is_f64),
-        "{busy}"
-    );
-    // A frozen node lags within a few seconds, with how far behind.
+    // A frozen node lags (within a few health intervals), with how far behind.
     c.nodes[1].control().freeze();
-    let s = status_until(&admin, None, Duration::from_secs(3), |s| {
+    let s = status_until(&admin, None, Duration::from_secs(60), |s| {
         row(s, "node-1")["state"] == "lagging"
     })
     .await;
@@ -178,7 +185,7 @@ async fn status_json_shows_a_lagging_node_a_dead_one_and_the_events() {
     assert!(lagging["lag"].as_u64() > Some(2), "{lagging}");
     // A node that dies is unhealthy, with the fault's category (never its address).
     c.nodes[2].control().go_down().await;
-    let s = status_until(&admin, None, Duration::from_secs(5), |s| {
+    let s = status_until(&admin, None, Duration::from_secs(60), |s| {
         row(s, "node-2")["state"] == "unhealthy"
     })
     .await;
@@ -216,7 +223,7 @@ async fn status_json_shows_a_lagging_node_a_dead_one_and_the_events() {
     // And back: both return to healthy.
     c.nodes[1].control().unfreeze();
     c.nodes[2].control().come_up().await.unwrap();
-    let s = status_until(&admin, None, Duration::from_secs(10), |s| {
+    let s = status_until(&admin, None, Duration::from_secs(60), |s| {
         ["node-1", "node-2"]
             .iter()
             .all(|n| row(s, n)["state"] == "healthy")
@@ -252,7 +259,7 @@ async fn a_cordoned_node_takes_no_new_calls_and_finishes_the_ones_it_has() {
         })
     };
     assert!(
-        eventually(Duration::from_secs(5), || {
+        eventually(Duration::from_secs(60), || {
             c.nodes[0].control().call_count("platform.getTimestamp") == 1
         })
         .await,
@@ -310,7 +317,7 @@ async fn a_cordoned_node_takes_no_new_calls_and_finishes_the_ones_it_has() {
     let (status, _, body) = ask("POST", &cordon("node-0", "uncordon"), Some(ADMIN_KEY)).await;
     assert_eq!(status, 200, "{body}");
     // Its slow call may have failed a health check meanwhile: healthy first.
-    let s = status_until(&base, Some(ADMIN_KEY), Duration::from_secs(5), |s| {
+    let s = status_until(&base, Some(ADMIN_KEY), Duration::from_secs(60), |s| {
         row(s, "node-0")["state"] == "healthy"
     })
     .await;

@@ -158,7 +158,7 @@ async fn the_network_is_settled_when_the_nodes_come_up() {
     assert!(!gateway.pool().status().healthy);
     nodes[0].control().come_up().await.unwrap();
     assert!(
-        support::eventually(Duration::from_secs(10), || gateway.pool().status().healthy).await,
+        support::eventually(Duration::from_secs(60), || gateway.pool().status().healthy).await,
         "the node never came back"
     );
     config.upstreams.push(UpstreamConfig {

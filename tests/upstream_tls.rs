@@ -109,7 +109,7 @@ async fn gateway(
 
 /// Whether the gateway's one upstream is healthy, within 10 s.
 async fn becomes_healthy(gw: &Gateway) -> bool {
-    eventually(Duration::from_secs(10), || {
+    eventually(Duration::from_secs(60), || {
         gw.pool().status().upstreams.iter().all(|u| u.healthy)
     })
     .await

@@ -177,7 +177,7 @@ pub fn is_result(r: &Reply) -> bool {
 /// happen after the client's answer); the keys.
 pub async fn wait_for_keys(redis: &impl SharedRedis, pattern: &str, n: usize) -> Vec<Vec<u8>> {
     let mut keys = Vec::new();
-    let ok = eventually(Duration::from_secs(5), || {
+    let ok = eventually(Duration::from_secs(60), || {
         keys = redis.scan_keys(pattern);
         keys.len() >= n
     })
@@ -383,7 +383,7 @@ pub async fn foreign_or_corrupted_shared_values_are_never_served(redis: &impl Sh
             "{kind:?}: instance {b} counted {rejected} rejected shared reads"
         );
         // A refused value is overwritten with the node's answer.
-        let replaced = eventually(Duration::from_secs(5), || {
+        let replaced = eventually(Duration::from_secs(60), || {
             keys.iter()
                 .zip(&bad)
                 .all(|(key, v)| redis.get(key).as_ref() != Some(v))

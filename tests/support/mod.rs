@@ -400,6 +400,17 @@ pub async fn slow_node(
     (addr, arrivals, open)
 }
 
+/// Raises this process's soft limit of open files as far as the hard limit allows and returns
+/// the limit it now has: a test that holds many sockets sizes its load to this, so it runs (with
+/// less load) under a stock `ulimit -n 1024` and never asks the user to raise it.
+pub fn raise_fd_limit() -> u64 {
+    rlimit::increase_nofile_limit(u64::MAX).unwrap_or_else(|_| {
+        rlimit::getrlimit(rlimit::Resource::NOFILE)
+            .map(|(soft, _)| soft)
+            .unwrap_or(1024)
+    })
+}
+
 /// `GET url`'s body as text (the test fails if it cannot be fetched).
 pub async fn get_text(url: &str) -> String {
     client()
