@@ -22,6 +22,10 @@ pub struct ServeArgs {
     /// `text` or `json` (one object per line); overrides `[log] format`.
     #[arg(long, value_name = "FORMAT")]
     pub log_format: Option<crate::config::LogFormat>,
+    /// Address of the operator's listener (overrides `[admin] listen`): `/metrics`, the status
+    /// page, purge, reload and cordon.
+    #[arg(long, value_name = "ADDR")]
+    pub admin_listen: Option<SocketAddr>,
 }
 
 /// Flags of `snowgate check`.
@@ -40,6 +44,9 @@ pub fn serve_config(args: &ServeArgs) -> anyhow::Result<Config> {
     };
     if let Some(listen) = args.listen {
         config.server.listen = listen;
+    }
+    if let Some(admin) = args.admin_listen {
+        config.admin.listen = Some(admin);
     }
     if !args.upstreams.is_empty() {
         config.upstreams = args
@@ -148,6 +155,11 @@ pub(crate) async fn serve_until_stopped(gateway: Gateway) {
 
 /// `snowgate serve`.
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    tracing::info!(
+        version = crate::metrics::VERSION,
+        commit = crate::metrics::GIT_COMMIT,
+        "snowgate starting"
+    );
     // Until the gateway runs, a hangup must not kill the process either.
     let hangups = handle_hangups();
     let gateway = match args.config.clone() {
@@ -166,6 +178,21 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(addr = %gateway.addr(), "snowgate listening");
     serve_until_stopped(gateway).await;
     Ok(())
+}
+
+/// `error: ` and the message of a command that failed, with each cause once: a cause whose text
+/// its outer error already quotes (`cannot read X: No such file`) is not said again. Never a
+/// backtrace: this is what an operator reads in a terminal or the journal.
+pub fn error_report(e: &anyhow::Error) -> String {
+    let mut report = format!("error: {e}");
+    for cause in e.chain().skip(1) {
+        let text = cause.to_string();
+        if !report.contains(&text) {
+            report.push_str(": ");
+            report.push_str(&text);
+        }
+    }
+    report
 }
 
 /// `snowgate check`: validates a file; prints the offending key on failure.

@@ -7,10 +7,18 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// `snowgate --version`: the release and the commit it was built from (as `snowgate_build_info`).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SNOWGATE_GIT_COMMIT"),
+    ")"
+);
+
 #[derive(Parser)]
 #[command(
     name = "snowgate",
-    version,
+    version = VERSION,
     about = "A caching, load-balancing JSON-RPC gateway for Avalanche nodes"
 )]
 struct Cli {
@@ -47,14 +55,17 @@ fn log_format(command: &Command) -> snowgate::config::LogFormat {
     }
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() {
     let cli = Cli::parse();
+    if let Err(e) = run(cli) {
+        eprintln!("{}", snowgate::cli::error_report(&e));
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     if let Command::Check(args) = &cli.command {
-        if let Err(e) = snowgate::cli::check(args) {
-            eprintln!("error: {e}");
-            std::process::exit(1);
-        }
-        return Ok(());
+        return snowgate::cli::check(args);
     }
     snowgate::logging::init(log_format(&cli.command));
     let rt = tokio::runtime::Runtime::new()?;

@@ -70,13 +70,87 @@ pub fn validate(methods: &BTreeMap<String, MethodOverride>) -> Result<(), Config
                 "node-specific and keystore methods are never cached: cache must be \"never\"",
             );
         }
+        // A name the registry does not know is a typo far more often than a new method: the
+        // override would silently never apply. A new method is declared on purpose, with its
+        // family and who may call it.
+        if builtin.get(name).is_none() && (o.family.is_none() || o.access.is_none()) {
+            let hint = match nearest(name, builtin.all().iter().map(|m| m.name.as_str())) {
+                Some(known) => format!("did you mean `{known}`? "),
+                None => String::new(),
+            };
+            return invalid(
+                key,
+                format!(
+                    "not a method snowgate knows: {hint}(to add a new method on purpose, give \
+                     both its `family` and its `access`)"
+                ),
+            );
+        }
     }
     Ok(())
+}
+
+/// The known name closest to `name` (edit distance, case ignored), if one is close enough to be
+/// what was meant: at most a third of the name's length away.
+fn nearest<'a>(name: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let wanted = name.to_ascii_lowercase();
+    known
+        .map(|k| (edit_distance(&wanted, &k.to_ascii_lowercase()), k))
+        .filter(|(d, _)| *d <= wanted.len() / 3)
+        .min()
+        .map(|(_, k)| k)
+}
+
+/// Levenshtein distance over bytes (method names are ASCII).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (diagonal + usize::from(ca != cb))
+                .min(above + 1)
+                .min(row[j] + 1);
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_misspelt_method_is_refused_with_the_name_it_meant() {
+        let one = |name: &str, table: &str| {
+            let o: MethodOverride = toml::from_str(table).unwrap();
+            validate(&BTreeMap::from([(name.to_string(), o)]))
+        };
+        let e = one("platform.getHeigth", "cost = 3")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("methods.\"platform.getHeigth\""), "{e}");
+        assert!(e.contains("did you mean `platform.getHeight`"), "{e}");
+        let e = one("platform.getCurrentValidatorz", "timeout = \"3s\"").unwrap_err();
+        assert!(
+            e.to_string().contains("`platform.getCurrentValidators`"),
+            "{e}"
+        );
+        // Nothing near: no guess.
+        let e = one("info.somethingElseEntirely", "cost = 2").unwrap_err();
+        assert!(!e.to_string().contains("did you mean"), "{e}");
+        // Declared on purpose: a new method.
+        one(
+            "info.somethingElseEntirely",
+            "family = \"info\"\naccess = \"public\"",
+        )
+        .unwrap();
+        // Known names are overridden as before.
+        one("platform.getHeight", "cost = 3").unwrap();
+    }
 
     fn refused(name: &str, o: MethodOverride) -> String {
         let mut m = BTreeMap::new();

@@ -12,6 +12,7 @@
 
 pub mod admin;
 pub mod cache;
+pub mod duration;
 pub mod limits;
 pub mod log;
 pub mod methods;

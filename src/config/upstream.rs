@@ -388,13 +388,12 @@ pub fn validate_upstreams(upstreams: &[UpstreamConfig]) -> Result<(), ConfigErro
 
 /// `[health]`: active health checks and the hysteresis that turns them into a verdict.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
+#[serde(from = "HealthFile")]
 pub struct HealthConfig {
     /// Time between two checks of one upstream.
-    #[serde(with = "humantime_serde")]
     pub interval: Duration,
-    /// How long a check may take.
-    #[serde(with = "humantime_serde")]
+    /// How long a check may take; when the file does not say, 500 ms or the interval if that is
+    /// shorter (so `interval = "200ms"` alone is a valid section).
     pub timeout: Duration,
     /// An upstream further behind the best height in the pool than this takes no traffic.
     pub max_lag_blocks: u64,
@@ -410,13 +409,51 @@ pub struct HealthConfig {
 
 impl Default for HealthConfig {
     fn default() -> Self {
-        HealthConfig {
+        HealthConfig::from(HealthFile::default())
+    }
+}
+
+/// The check timeout when the file gives none (or the interval, if shorter).
+const DEFAULT_CHECK_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// `[health]` as written: `timeout` may be left out, and then follows the interval.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct HealthFile {
+    #[serde(with = "super::duration")]
+    interval: Duration,
+    #[serde(with = "super::duration::option")]
+    timeout: Option<Duration>,
+    max_lag_blocks: u64,
+    failure_threshold: u32,
+    recovery_threshold: u32,
+    passive_failures: u32,
+}
+
+impl Default for HealthFile {
+    fn default() -> Self {
+        HealthFile {
             interval: Duration::from_secs(1),
-            timeout: Duration::from_millis(500),
+            timeout: None,
             max_lag_blocks: 2,
             failure_threshold: 2,
             recovery_threshold: 2,
             passive_failures: 5,
+        }
+    }
+}
+
+impl From<HealthFile> for HealthConfig {
+    fn from(file: HealthFile) -> HealthConfig {
+        HealthConfig {
+            interval: file.interval,
+            timeout: file
+                .timeout
+                .unwrap_or(DEFAULT_CHECK_TIMEOUT.min(file.interval)),
+            max_lag_blocks: file.max_lag_blocks,
+            failure_threshold: file.failure_threshold,
+            recovery_threshold: file.recovery_threshold,
+            passive_failures: file.passive_failures,
         }
     }
 }
@@ -453,10 +490,10 @@ impl HealthConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct ForwardConfig {
     /// Time allowed to open a TCP connection to a node.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub connect_timeout: Duration,
     /// Time allowed for one attempt on one node.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub request_timeout: Duration,
     /// Attempts per request (the first one included).
     pub max_attempts: u32,

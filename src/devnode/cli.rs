@@ -100,7 +100,11 @@ fn fraction(s: &str) -> Result<f64, String> {
 
 /// Runs a devnode until Ctrl-C.
 pub async fn run(args: DevnodeArgs) -> anyhow::Result<()> {
-    let node = DevNode::spawn(args.config()?).await?;
+    let config = args.config()?;
+    let listen = config.listen;
+    let node = DevNode::spawn(config)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
     tracing::info!(
         addr = %node.addr(),
         node_id = node.node_id(),
