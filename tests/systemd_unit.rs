@@ -250,7 +250,11 @@ fn the_unit_drains_before_it_is_killed_reloads_with_sighup_and_checks_the_config
         "TimeoutStopSec={stop} is within the default drain ({drain:?})"
     );
     assert_eq!(service(&d, "KillSignal"), ["SIGTERM"]);
-    assert_eq!(service(&d, "ExecReload"), ["/bin/kill -HUP $MAINPID"]);
+    let check_first = format!("{BINARY} check --config {CONFIG}");
+    assert_eq!(
+        service(&d, "ExecReload"),
+        [check_first.as_str(), "/bin/kill -HUP $MAINPID"]
+    );
 
     // One descriptor per client connection and per node connection, with room to spare.
     let nofile: usize = service(&d, "LimitNOFILE")[0].parse().unwrap();
@@ -295,17 +299,54 @@ fn the_units_reload_and_stop_commands_reload_and_drain_the_real_binary() {
     );
     let mut served = support::binary::Served::start(&config, "info");
 
-    // `systemctl reload`: the unit's ExecReload, $MAINPID being the service's process.
-    let reload = service(&d, "ExecReload")[0].replace("$MAINPID", &served.pid().to_string());
-    let mut words = reload.split(' ');
-    let status = Command::new(words.next().unwrap())
-        .args(words)
-        .status()
-        .unwrap();
-    assert!(status.success(), "{reload}: {status}");
+    // `systemctl reload`: the unit's ExecReload commands in order, stopping at the first that
+    // fails (as systemd does), $MAINPID being the service's process; the file is the served one.
+    let config_path = served.config_path();
+    let reload = |served: &support::binary::Served| -> Result<(), String> {
+        for line in service(&d, "ExecReload") {
+            let line = line
+                .replace("$MAINPID", &served.pid().to_string())
+                .replace(BINARY, env!("CARGO_BIN_EXE_snowgate"))
+                .replace(CONFIG, config_path.to_str().unwrap());
+            let mut words = line.split(' ');
+            let out = Command::new(words.next().unwrap())
+                .args(words)
+                .env_remove("RUST_LOG")
+                .output()
+                .unwrap();
+            if !out.status.success() {
+                return Err(format!("{line}: {}", String::from_utf8_lossy(&out.stderr)));
+            }
+        }
+        Ok(())
+    };
+    reload(&served).unwrap();
     assert!(
-        served.logged("config reloaded", Duration::from_secs(10)),
-        "no reload after {reload}:\n{}",
+        served.logged("config reloaded", Duration::from_secs(60)),
+        "no reload:\n{}",
+        served.logs()
+    );
+    // A file snowgate refuses fails `systemctl reload` and never reaches the process.
+    std::fs::write(
+        &config_path,
+        format!("{config}[health]\ninterval = \"soon\"\n"),
+    )
+    .unwrap();
+    let refused = reload(&served).expect_err("a refused file fails the reload");
+    assert!(
+        refused.contains("`soon`") && refused.contains("interval"),
+        "{refused}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        served.logs().matches("config reloaded").count(),
+        1,
+        "{}",
+        served.logs()
+    );
+    assert!(
+        !served.logs().contains("reload failed"),
+        "{}",
         served.logs()
     );
 
