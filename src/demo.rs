@@ -31,7 +31,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         network_id: 12345,
         seed: 1,
         block_interval: args.block_interval,
-    });
+        genesis: None,
+    })?;
     let mut nodes = Vec::new();
     for index in 0..3 {
         let node = DevNode::spawn_in(

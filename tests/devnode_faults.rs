@@ -132,7 +132,9 @@ async fn frozen_node_lags_while_its_peer_advances_then_catches_up() {
         network_id: 12345,
         seed: 1,
         block_interval: Duration::from_millis(50),
-    });
+        genesis: None,
+    })
+    .unwrap();
     let spawn = |index| {
         DevNode::spawn_in(
             network.clone(),

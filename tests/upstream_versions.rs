@@ -29,7 +29,9 @@ async fn pool(
         network_id: 12345,
         seed: 1,
         block_interval,
-    });
+        genesis: None,
+    })
+    .unwrap();
     let mut nodes = Vec::new();
     for (i, &version) in versions.iter().enumerate() {
         let config = DevNodeConfig {

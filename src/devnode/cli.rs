@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::{DevNode, DevNodeConfig, Faults, NodeVersion, TlsIdentity};
 
@@ -19,6 +19,13 @@ pub struct DevnodeArgs {
     /// Time between blocks (e.g. "2s", "500ms").
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub block_interval: Duration,
+    /// When the chain's built-in history ended (height 1000); the height then follows the wall
+    /// clock, one block per --block-interval. Devnodes with the same genesis, seed and interval
+    /// are nodes of one chain, whenever each starts or restarts. `today` (the default: 00:00 UTC
+    /// of the day the node starts), `now`, an RFC 3339 time (`2026-11-26T00:00:00Z`) or unix
+    /// seconds.
+    #[arg(long, default_value = "today", value_parser = genesis)]
+    pub genesis: Genesis,
     /// Seed of the deterministic chain state.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -68,6 +75,7 @@ impl DevnodeArgs {
             listen: self.listen,
             network_id: self.network_id,
             block_interval: self.block_interval,
+            genesis: self.genesis.at(SystemTime::now()),
             seed: self.seed,
             node_index: self.node_index,
             version: self.version,
@@ -82,6 +90,48 @@ impl DevnodeArgs {
                 bootstrapping: self.bootstrapping,
             },
         })
+    }
+}
+
+/// `--genesis`, resolved when the node starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Genesis {
+    /// 00:00 UTC of the day the node starts: devnodes started the same day agree by default.
+    Today,
+    /// When the node starts (a chain of its own, as one process's in-process network is).
+    Now,
+    /// A fixed moment.
+    At(SystemTime),
+}
+
+impl Genesis {
+    /// The moment, for a node starting at `now` (`None`: `now` itself).
+    pub fn at(self, now: SystemTime) -> Option<SystemTime> {
+        match self {
+            Genesis::Today => {
+                let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+                Some(UNIX_EPOCH + Duration::from_secs(secs - secs % 86_400))
+            }
+            Genesis::Now => None,
+            Genesis::At(t) => Some(t),
+        }
+    }
+}
+
+fn genesis(s: &str) -> Result<Genesis, String> {
+    match s {
+        "today" => Ok(Genesis::Today),
+        "now" => Ok(Genesis::Now),
+        _ => {
+            if let Ok(secs) = s.parse::<u64>() {
+                return Ok(Genesis::At(UNIX_EPOCH + Duration::from_secs(secs)));
+            }
+            humantime::parse_rfc3339_weak(s)
+                .map(Genesis::At)
+                .map_err(|_| {
+                    format!("`{s}` is not `today`, `now`, unix seconds or an RFC 3339 time (`2026-11-26T00:00:00Z`)")
+                })
+        }
     }
 }
 
@@ -102,6 +152,9 @@ fn fraction(s: &str) -> Result<f64, String> {
 pub async fn run(args: DevnodeArgs) -> anyhow::Result<()> {
     let config = args.config()?;
     let listen = config.listen;
+    let genesis = config
+        .genesis
+        .map(|g| humantime::format_rfc3339_seconds(g).to_string());
     let node = DevNode::spawn(config)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
@@ -109,6 +162,7 @@ pub async fn run(args: DevnodeArgs) -> anyhow::Result<()> {
         addr = %node.addr(),
         node_id = node.node_id(),
         version = %node.version(),
+        genesis = genesis.as_deref().unwrap_or("now"),
         control = %format!("{}/_devnode", node.url()),
         "devnode listening"
     );

@@ -32,6 +32,9 @@ pub struct DevNodeConfig {
     pub network_id: u32,
     /// Time between blocks.
     pub block_interval: Duration,
+    /// When the chain's built-in history ended (height 1000): see [`ChainConfig::genesis`].
+    /// `None`: when the node starts.
+    pub genesis: Option<std::time::SystemTime>,
     /// Seed of the deterministic chain state.
     pub seed: u64,
     /// Index of this node in its network: picks its node ID, BLS key and IP.
@@ -51,6 +54,7 @@ impl Default for DevNodeConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             network_id: 12345,
             block_interval: Duration::from_secs(2),
+            genesis: None,
             seed: 1,
             node_index: 0,
             version: NodeVersion::CURRENT,
@@ -67,23 +71,45 @@ pub struct Network {
 }
 
 impl Network {
-    /// Builds the chain from `config` and starts producing a block every `config.block_interval`
-    /// (the ticker stops when the last handle to the network is dropped).
-    pub fn start(config: ChainConfig) -> Network {
-        let interval = config.block_interval;
-        let chain = Arc::new(parking_lot::RwLock::new(Chain::new(&config)));
+    /// Builds the chain from `config` (catching up with the wall clock since its genesis) and
+    /// produces each next block when it is due (the ticker stops when the last handle to the
+    /// network is dropped). Refused when the genesis is too far back ([`chain::MAX_CATCH_UP`]).
+    pub fn start(config: ChainConfig) -> std::io::Result<Network> {
+        let chain = Chain::new(&config)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let chain = Arc::new(parking_lot::RwLock::new(chain));
         let weak = Arc::downgrade(&chain);
         tokio::spawn(async move {
-            let mut tick =
-                tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                tick.tick().await;
+                let due = {
+                    let Some(chain) = weak.upgrade() else { break };
+                    let chain = chain.read();
+                    chain.due_at(chain.tip() + 1)
+                };
+                // Slept on the wall clock's terms, so that devnodes of one genesis tick together.
+                let wait = due
+                    .duration_since(std::time::SystemTime::now())
+                    .unwrap_or(Duration::ZERO);
+                tokio::time::sleep(wait).await;
                 let Some(chain) = weak.upgrade() else { break };
-                chain.write().advance(std::time::SystemTime::now());
+                chain.write().catch_up(std::time::SystemTime::now());
             }
         });
-        Network { chain }
+        Ok(Network { chain })
+    }
+
+    /// The chain as of now, for a call: a block that is due but not yet made (the ticker runs
+    /// late on a busy machine) is made first, so that nodes of one genesis answer the same height.
+    pub fn current(&self) -> parking_lot::RwLockReadGuard<'_, Chain> {
+        let now = std::time::SystemTime::now();
+        {
+            let chain = self.chain.read();
+            if chain.due_at(chain.tip() + 1) > now {
+                return chain;
+            }
+        }
+        self.chain.write().catch_up(now);
+        self.chain.read()
     }
 
     /// The shared chain.

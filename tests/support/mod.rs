@@ -36,7 +36,9 @@ pub async fn devnodes(
         network_id,
         seed: 1,
         block_interval,
-    });
+        genesis: None,
+    })
+    .unwrap();
     let mut nodes = Vec::new();
     for i in 0..n {
         let node = DevNode::spawn_in(

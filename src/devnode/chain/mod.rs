@@ -46,9 +46,19 @@ pub struct ChainConfig {
     pub network_id: u32,
     /// Seed of all deterministic state.
     pub seed: u64,
-    /// Time between blocks (the ticker's business; kept for reference).
+    /// Time between blocks after the built-in history.
     pub block_interval: Duration,
+    /// When height [`state::GENESIS_TIP`] (the end of the built-in history) was accepted: the
+    /// height then follows the wall clock, one block per `block_interval`, and every block's time
+    /// is a function of its height. Devnodes given the same genesis, seed and interval are nodes
+    /// of one chain whenever they start (the same height within a block, the same block and tx
+    /// IDs at every height). `None`: the moment the chain is built.
+    pub genesis: Option<SystemTime>,
 }
+
+/// The most blocks a chain builds to catch up with the wall clock (about 100 MB of history): a
+/// genesis further back is refused rather than filling the memory.
+pub const MAX_CATCH_UP: u64 = 250_000;
 
 /// The identity of one node of the network (node-local answers differ per node).
 #[derive(Debug, Clone)]
@@ -133,6 +143,8 @@ impl Pool {
 /// The chain state.
 pub struct Chain {
     config: ChainConfig,
+    /// When [`state::GENESIS_TIP`] was accepted (see [`ChainConfig::genesis`]).
+    genesis: SystemTime,
     st: State,
     pool: Mutex<Pool>,
 }
@@ -236,14 +248,36 @@ const METHODS: &[(&str, &str, Served)] = &[
     ),
 ];
 
+/// Blocks due after the built-in history at `now`, for a chain of `genesis` and `interval`.
+fn blocks_due(genesis: SystemTime, interval: Duration, now: SystemTime) -> u64 {
+    let Ok(since) = now.duration_since(genesis) else {
+        return 0;
+    };
+    let interval = interval.as_nanos().max(1);
+    u64::try_from(since.as_nanos() / interval).unwrap_or(u64::MAX)
+}
+
 impl Chain {
-    /// Builds the deterministic genesis state and block history (heights 0..=1000).
-    pub fn new(config: &ChainConfig) -> Chain {
-        Chain {
+    /// Builds the deterministic genesis state and block history (heights 0..=1000), then the
+    /// blocks due since `config.genesis`. Refused when that is more than [`MAX_CATCH_UP`] blocks.
+    pub fn new(config: &ChainConfig) -> Result<Chain, String> {
+        let now = SystemTime::now();
+        let genesis = config.genesis.unwrap_or(now);
+        let due = blocks_due(genesis, config.block_interval, now);
+        if due > MAX_CATCH_UP {
+            return Err(format!(
+                "the genesis is {due} blocks ago at this block interval; at most {MAX_CATCH_UP}: \
+                 give a later genesis or a longer block interval"
+            ));
+        }
+        let mut chain = Chain {
             config: config.clone(),
+            genesis,
             st: State::genesis(config.network_id, config.seed),
             pool: Mutex::new(Pool::default()),
-        }
+        };
+        chain.catch_up(now);
+        Ok(chain)
     }
 
     /// Does `service` ("info", "platform" or "proposervm") have a Go method named `go_method`
@@ -268,13 +302,36 @@ impl Chain {
         view.height_cap.map_or(tip, |cap| cap.min(tip))
     }
 
-    /// Produces the next block at `now` (committing the mempool).
-    pub fn advance(&mut self, now: SystemTime) {
-        let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        let pool = self.pool.get_mut();
-        let issued: Vec<Box<[u8]>> = pool.pending.drain(..).map(|(_, b)| b).collect();
-        pool.pending_ids.clear();
-        self.st.produce(secs, issued);
+    /// Produces every block due by `now` (the first commits the mempool). A block's time is its
+    /// height's, not the moment it is built: two chains of one genesis build the same blocks.
+    pub fn catch_up(&mut self, now: SystemTime) {
+        let due = state::GENESIS_TIP + blocks_due(self.genesis, self.config.block_interval, now);
+        while (self.st.blocks.len() as u64) <= due {
+            let height = self.st.blocks.len() as u64;
+            let pool = self.pool.get_mut();
+            let issued: Vec<Box<[u8]>> = pool.pending.drain(..).map(|(_, b)| b).collect();
+            pool.pending_ids.clear();
+            self.st.produce(self.block_time(height), issued);
+        }
+    }
+
+    /// When block `height` (past the built-in history) is due, on the wall clock.
+    pub fn due_at(&self, height: u64) -> SystemTime {
+        let after = height.saturating_sub(state::GENESIS_TIP);
+        let interval = self.config.block_interval;
+        let offset = interval.saturating_mul(u32::try_from(after).unwrap_or(u32::MAX));
+        self.genesis + offset
+    }
+
+    /// The time (unix seconds) block `height` carries.
+    fn block_time(&self, height: u64) -> u64 {
+        let due = self.due_at(height);
+        due.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    }
+
+    /// The last accepted height, whatever a node's view.
+    pub fn tip(&self) -> u64 {
+        self.st.blocks.len() as u64 - 1
     }
 
     /// The network ID this chain was built for.
@@ -329,12 +386,21 @@ impl Chain {
 mod tests {
     use super::*;
 
+    /// The test chains' genesis: a fixed moment, so that blocks are made by `catch_up` alone.
+    const GENESIS: u64 = 1_800_000_000;
+
     fn chain(seed: u64) -> Chain {
         Chain::new(&ChainConfig {
             network_id: 12345,
             seed,
             block_interval: Duration::from_secs(1),
+            genesis: Some(UNIX_EPOCH + Duration::from_secs(GENESIS)),
         })
+        .unwrap()
+    }
+
+    fn at(secs: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(GENESIS + secs)
     }
 
     #[test]
@@ -344,8 +410,8 @@ mod tests {
         assert_eq!(a.st.blocks[1000].id, b.st.blocks[1000].id);
         assert_ne!(a.st.blocks[1000].id, chain(8).st.blocks[1000].id);
         let start = std::time::Instant::now();
-        for _ in 0..1000 {
-            a.advance(SystemTime::now());
+        for i in 1..=1000 {
+            a.catch_up(at(i));
         }
         assert_eq!(a.st.blocks.len(), 2001);
         // Regeneration gives the stored ID back.
@@ -363,8 +429,8 @@ mod tests {
     #[test]
     fn a_frozen_node_answers_as_of_its_height() {
         let mut c = chain(3);
-        for i in 0..5 {
-            c.advance(UNIX_EPOCH + Duration::from_secs(1_800_000_000 + i));
+        for i in 1..=5 {
+            c.catch_up(at(i));
         }
         let id = NodeIdentity::generate(3, 0);
         let live = View {

@@ -107,7 +107,7 @@ impl NodeState {
 
     /// The height this node sees.
     fn height(&self) -> u64 {
-        self.network.chain().read().height(&self.view())
+        self.network.current().height(&self.view())
     }
 
     /// The network's height, whatever this node's faults.
@@ -118,7 +118,7 @@ impl NodeState {
             identity: &self.identity,
             version: self.version(),
         };
-        self.network.chain().read().height(&view)
+        self.network.current().height(&view)
     }
 
     /// Runs a chain method as this node.
@@ -130,8 +130,7 @@ impl NodeState {
     ) -> Result<String, CallError> {
         let view = self.view();
         self.network
-            .chain()
-            .read()
+            .current()
             .call(&view, service, go_method, params)
     }
 
@@ -154,7 +153,8 @@ impl DevNode {
             network_id: config.network_id,
             seed: config.seed,
             block_interval: config.block_interval,
-        });
+            genesis: config.genesis,
+        })?;
         DevNode::spawn_in(network, config).await
     }
 
