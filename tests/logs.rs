@@ -141,7 +141,11 @@ async fn the_access_log_has_one_line_per_request_and_no_secret() {
     assert_eq!(first["upstream"], "n");
     assert_eq!(first["calls"], 1);
     assert!(first["duration_ms"].as_f64().is_some(), "{first}");
+    // A miss names the node that answered it; a hit none.
+    assert_eq!(lines[1]["fields"]["cache"], "MISS", "{}", lines[1]);
+    assert_eq!(lines[1]["fields"]["upstream"], "n", "{}", lines[1]);
     assert_eq!(lines[2]["fields"]["cache"], "HIT");
+    assert_eq!(lines[2]["fields"]["upstream"], "-", "{}", lines[2]);
     assert_eq!(lines[3]["fields"]["method"], "batch");
     assert_eq!(lines[3]["fields"]["calls"], 2);
     let refused = &lines[4]["fields"];

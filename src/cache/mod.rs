@@ -602,9 +602,12 @@ where
     let ran = Arc::new(AtomicBool::new(false));
     // Set when the entry came from the fleet's Redis rather than a node (the answer is a hit).
     let from_shared = Arc::new(AtomicBool::new(false));
+    // The node that answered, when this call made the node call (for the access log).
+    let answered_by: Arc<parking_lot::Mutex<Option<Arc<str>>>> = Arc::default();
     let init = {
         let ran = ran.clone();
         let from_shared = from_shared.clone();
+        let answered_by = answered_by.clone();
         let cache = cache.clone();
         let key = key.as_str();
         // Borrowed: both stay here for the one case where the entry found is another key's (a
@@ -628,6 +631,7 @@ where
                 .oneshot(call.clone())
                 .await
                 .map_err(NotStored::Failed)?;
+            answered_by.lock().clone_from(&answer.upstream);
             let ttl = rules::lifetime(call, answer.kind, &answer.payload, &cache.ttls);
             match ttl {
                 Some(ttl) if rules::fresh_enough(head, answer.upstream_height) => {
@@ -665,7 +669,12 @@ where
         Ok(entry) if ran && from_shared.load(Ordering::Relaxed) => {
             Ok(entry.value().answer(CacheStatus::Hit))
         }
-        Ok(entry) => Ok(entry.value().answer(CacheStatus::Miss)),
+        Ok(entry) => {
+            let mut answer = entry.value().answer(CacheStatus::Miss);
+            // A waiter that shared another call's node call names no node: it made none.
+            answer.upstream = answered_by.lock().take();
+            Ok(answer)
+        }
         Err(shared) => match &*shared {
             NotStored::Answer(a) => {
                 let mut a = a.clone();
