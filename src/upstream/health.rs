@@ -72,12 +72,31 @@ impl Fault {
     /// A timeout does not: a slow method, or time the request spent queued in snowgate, says
     /// nothing about the node's health, which its active checks (with their own short timeout)
     /// judge. Nor does an answer over the size bound: a client can ask for a large answer. Nor
-    /// does a request snowgate could not build: the node never saw it.
+    /// does a request snowgate could not build: the node never saw it. Nor does a refusal of the
+    /// request's size ([`Fault::refuses_the_size`]): a node behind nginx's `client_max_body_size`
+    /// refuses a large body however healthy it is, and snowgate's own checks, which send the same
+    /// request line and headers with a small body, judge the rest.
     pub fn counts_against_node(self) -> bool {
         !matches!(
             self,
             Fault::Timeout | Fault::TooLarge(_) | Fault::InvalidRequest
-        )
+        ) && !self.refuses_the_size()
+    }
+
+    /// HTTP 413 (body too large), 414 (URI too long) or 431 (header fields too large): the node,
+    /// or the proxy in front of it, refused this request for its size. Of the three only the
+    /// body comes from the client: the path and headers snowgate sends a node are its config's,
+    /// the same for every call, so a 414 or 431 is tried on another node like any other failure
+    /// (without holding it against this one), while a 413 is the caller's error
+    /// ([`Fault::refuses_the_body`]).
+    pub fn refuses_the_size(self) -> bool {
+        matches!(self, Fault::Http(413 | 414 | 431))
+    }
+
+    /// HTTP 413: the node refused the request's body as too large. The same body would be refused
+    /// by the next node too (nodes of a pool sit behind alike proxies), so it is not retried.
+    pub fn refuses_the_body(self) -> bool {
+        self == Fault::Http(413)
     }
 }
 
@@ -344,6 +363,22 @@ mod tests {
             assert!(!s.passive_failure(Fault::TooLarge(1), 1));
         }
         assert!(s.healthy);
+    }
+
+    #[test]
+    fn a_refusal_of_the_requests_size_never_ejects() {
+        let mut s = HealthState::default();
+        s.record(ok(5), T);
+        for status in [413, 414, 431] {
+            for _ in 0..10 {
+                assert!(!s.passive_failure(Fault::Http(status), 1));
+            }
+        }
+        assert!(s.healthy);
+        assert!(Fault::Http(413).refuses_the_body());
+        assert!(!Fault::Http(414).refuses_the_body() && !Fault::Http(400).refuses_the_size());
+        // Any other status still counts.
+        assert!(s.passive_failure(Fault::Http(400), 1));
     }
 
     #[test]

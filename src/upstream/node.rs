@@ -72,6 +72,8 @@ impl AttemptError {
         let upstream = upstream.to_string();
         match self.fault {
             Fault::Timeout => ProxyError::UpstreamTimeout { upstream },
+            // The request's size is at fault, not the node: the caller's error.
+            fault if fault.refuses_the_body() => ProxyError::RefusedAsTooLarge { upstream },
             Fault::BadAnswer | Fault::TooLarge(_) | Fault::InvalidHttp => {
                 ProxyError::BadUpstreamAnswer {
                     upstream,

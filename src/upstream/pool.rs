@@ -60,6 +60,9 @@ pub(super) struct Members {
     pub(super) deadline: Duration,
     /// Largest answer accepted from a node.
     pub(super) max_response_bytes: usize,
+    /// Largest request body sent to a node (`limits.body_bytes`): what a client may send is
+    /// what a node is sent, re-encoding included.
+    pub(super) max_request_bytes: usize,
 }
 
 /// What a reload changed in the pool (names only).
@@ -98,6 +101,7 @@ impl Pool {
                 forward,
                 deadline: limits.request_deadline,
                 max_response_bytes: limits.response_bytes,
+                max_request_bytes: limits.body_bytes,
             }),
             best_height: AtomicU64::new(0),
             best_moved_ms: AtomicU64::new(0),
@@ -178,6 +182,7 @@ impl Pool {
             forward,
             deadline: limits.request_deadline,
             max_response_bytes: limits.response_bytes,
+            max_request_bytes: limits.body_bytes,
         };
         futures_util::future::join_all(fresh.iter().map(|u| self.check_with(u, &candidate))).await;
         {
@@ -335,6 +340,11 @@ impl Pool {
         handles.requests.inc(0, &[&upstream.name], outcome);
         match &result {
             Ok(_) => upstream.state.lock().passive_success(),
+            Err(e) if e.fault.refuses_the_body() => {
+                // The caller's doing, so at debug (a client must not be able to flood the log),
+                // and not held against the node.
+                tracing::debug!(request_id = call.caller.request_id(), upstream = %upstream.name, fault = %e.fault, "the node refused the request as too large");
+            }
             Err(e) => {
                 // The detail may name the node's address; it never holds a body or params.
                 tracing::warn!(request_id = call.caller.request_id(), upstream = %upstream.name, fault = %e.fault, detail = %e.detail, "upstream attempt failed");
@@ -363,6 +373,14 @@ impl Pool {
     pub(crate) async fn forward(&self, call: &RpcCall) -> Result<Answer, ProxyError> {
         let members = self.members();
         let members = &*members;
+        // No node is sent more than `limits.body_bytes`, whatever the re-encoding adds (the
+        // longest request id, invalid UTF-8 made U+FFFD): the call is refused before any node is
+        // chosen, the same way whichever id its attempts would get. A node behind a proxy with
+        // the same limit (nginx's `client_max_body_size`) so never refuses what a client was
+        // allowed to send.
+        if call.upstream_len(u64::MAX) > members.max_request_bytes {
+            return Err(ProxyError::TooLargeForNode(members.max_request_bytes));
+        }
         let deadline = Instant::now() + members.deadline;
         if let Some(pin) = &call.caller.pin {
             let upstream = Self::by_name(members, pin)
@@ -447,8 +465,10 @@ impl Pool {
                 }
                 Err(e) => {
                     let never_left = e.never_left();
+                    // Refused for its body: so would the next node be (see `Fault::refuses_the_body`).
+                    let final_answer = e.fault.refuses_the_body();
                     let err = e.into_proxy_error(&upstream.name);
-                    if call.spec.side_effect && !never_left {
+                    if final_answer || (call.spec.side_effect && !never_left) {
                         return Err(err);
                     }
                     last_error = Some(err);
