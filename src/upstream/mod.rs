@@ -17,7 +17,9 @@
 //!   its age.
 //! * [`conn`]: keep-alive HTTP/1.1 connections to each node (a small client of its own), with
 //!   connect and per-attempt timeouts.
-//! * `answer.rs`: what a node sends back is checked before a client sees it.
+//! * `answer.rs`: what a node sends back is checked before a client sees it; `secrets.rs`: an
+//!   upstream's own secrets (header values, credentials, path keys) scrubbed from its error
+//!   answers, which a provider may fill with the request it refused.
 //! * `health.rs`: the pure rules: active checks plus passive signals from real requests
 //!   (`[health] passive_failures` in a row; timeouts never count), with hysteresis; the pool's
 //!   heights judged afresh at every check, so a node more than `max_lag_blocks` behind the quorum
@@ -48,6 +50,7 @@ mod node;
 mod pending;
 mod pool;
 mod probe;
+mod secrets;
 mod select;
 mod status;
 

@@ -327,6 +327,14 @@ impl Pool {
             .await
             .and_then(|b| {
                 answer::check(&b, id).map_err(|why| AttemptError::new(Fault::BadAnswer, why))
+            })
+            .map(|(kind, payload)| match kind {
+                // A provider's error may echo its request: its own secrets go (`secrets.rs`).
+                AnswerKind::Error => match upstream.secrets.scrub_error(&payload) {
+                    Some(clean) => (kind, Bytes::from(clean)),
+                    None => (kind, payload),
+                },
+                AnswerKind::Result => (kind, payload),
             });
         let ended = Instant::now();
         let elapsed = ended.saturating_duration_since(started);

@@ -238,7 +238,8 @@ impl Pool {
             Ok(crate::jsonrpc::Json::String(s))
                 if s.len() <= 64 && s.bytes().all(|b| b.is_ascii_graphic()) =>
             {
-                Some(s)
+                // Shown on `/ext/health` and in a metric label: none of the node's own secrets.
+                Some(upstream.secrets.scrub_text(&s).into_owned())
             }
             _ => None,
         };
