@@ -454,6 +454,14 @@ impl AnswerCache {
         );
         self.metrics.lookups.store(Arc::new(table));
     }
+
+    /// The pool's network is settled on `id`: the fleet's Redis tier (if any) shares under it
+    /// from now on, and shared nothing before (see [`shared::NetworkScope`]).
+    pub fn share_network(&self, id: u32) {
+        if let Some(tier) = &self.shared {
+            tier.share_network(id);
+        }
+    }
 }
 
 /// The classes kept in the fleet's Redis too: final answers, and head answers (keyed by height).

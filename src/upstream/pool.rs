@@ -42,7 +42,11 @@ pub struct Pool {
     cordon_lock: parking_lot::Mutex<()>,
     pub(super) metrics: Metrics,
     /// The network every node must be on: `[network] id`, or the one more than half of the nodes report.
+    /// Set once, through [`Pool::set_network`].
     pub(super) network: std::sync::OnceLock<u32>,
+    /// The same, for whoever must follow it as it settles (the fleet's shared cache, whose keys
+    /// carry it): `None` until settled.
+    network_settled: watch::Sender<Option<u32>>,
     /// The start's first round is over and the network was decided on (or could not be): from
     /// then on the checks settle it as soon as a majority reports one.
     pub(super) network_judged: std::sync::atomic::AtomicBool,
@@ -111,6 +115,7 @@ impl Pool {
             cordon_lock: parking_lot::Mutex::new(()),
             metrics,
             network: std::sync::OnceLock::new(),
+            network_settled: watch::Sender::new(None),
             network_judged: std::sync::atomic::AtomicBool::new(false),
             checks: Mutex::new(None),
         })
@@ -223,6 +228,27 @@ impl Pool {
         // Calls queued for a slot look again: a new node may have room.
         self.slot_freed.notify_waiters();
         Ok(changes)
+    }
+
+    /// The pool's settled network: `[network] id`, or the one more than half of the configured
+    /// nodes report once they do; `None` until then. It never changes once settled.
+    pub fn network(&self) -> Option<u32> {
+        self.network.get().copied()
+    }
+
+    /// Follows [`Pool::network`]: the receiver sees `None` until the network is settled, then
+    /// its ID.
+    pub fn watch_network(&self) -> watch::Receiver<Option<u32>> {
+        self.network_settled.subscribe()
+    }
+
+    /// Settles the pool's network on `id` unless it is settled already; whether this call did.
+    pub(super) fn set_network(&self, id: u32) -> bool {
+        let set = self.network.set(id).is_ok();
+        if set {
+            self.network_settled.send_replace(Some(id));
+        }
+        set
     }
 
     /// The highest plausible height the nodes report now (see `health::Heights`).

@@ -274,7 +274,7 @@ impl Pool {
     /// can settle another one meanwhile).
     pub(crate) fn expect_network(&self, configured: Option<u32>) {
         if let Some(id) = configured {
-            let _ = self.network.set(id);
+            let _ = self.set_network(id);
         }
     }
 
@@ -287,7 +287,7 @@ impl Pool {
         let reported = reported_networks(&members);
         if self.network.get().is_none() {
             if let Some(id) = super::identity::majority(&reported, members.upstreams.len()) {
-                let _ = self.network.set(id);
+                let _ = self.set_network(id);
             }
         }
         match self.network.get() {
@@ -318,7 +318,7 @@ impl Pool {
         let members = self.members();
         let reported = reported_networks(&members);
         if let Some(id) = super::identity::majority(&reported, members.upstreams.len()) {
-            if self.network.set(id).is_ok() {
+            if self.set_network(id) {
                 tracing::info!(
                     network_id = id,
                     "the pool's network (reported by more than half of the nodes)"
