@@ -193,6 +193,7 @@ pub enum Settled {
 }
 
 impl NetworkScope {
+    /// Keys under `key_prefix` (`[redis] key_prefix`), for no network yet: nothing is shared.
     pub fn new(key_prefix: &str) -> NetworkScope {
         NetworkScope {
             key_prefix: key_prefix.into(),
