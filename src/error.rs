@@ -110,10 +110,15 @@ pub enum ProxyError {
     /// An envelope a node could read differently from snowgate.
     #[error("invalid request: {0}")]
     Ambiguous(String),
-    /// A call whose re-encoding for a node would pass `limits.body_bytes` (invalid UTF-8 grows
-    /// threefold).
-    #[error("invalid request: larger than {0} bytes once re-encoded (invalid UTF-8)")]
+    /// A call whose re-encoding for a node (snowgate's own 20-digit request id, invalid UTF-8
+    /// that grows threefold) would pass `limits.body_bytes`: no node is sent more.
+    #[error("invalid request: larger than {0} bytes once re-encoded for a node")]
     TooLargeForNode(usize),
+    /// A node (or the proxy in front of it, nginx's `client_max_body_size`) refused the call with
+    /// HTTP 413: the request's size, not the node, is at fault, so it is neither held against
+    /// the node nor tried on another.
+    #[error("invalid request: upstream {upstream} refused the call as too large (HTTP 413)")]
+    RefusedAsTooLarge { upstream: String },
 
     // The call.
     /// The method is not in the registry.
@@ -191,7 +196,8 @@ impl ProxyError {
             | UnknownUpstream(_)
             | BodyTimeout(_)
             | BodyTooLarge(_)
-            | TooLargeForNode(_) => -32600,
+            | TooLargeForNode(_)
+            | RefusedAsTooLarge { .. } => -32600,
             RateLimited { .. } => -32005,
             QuotaUnavailable
             | Overloaded
@@ -224,7 +230,8 @@ impl ProxyError {
             | Refused { .. }
             | Ambiguous(_)
             | UnknownUpstream(_)
-            | TooLargeForNode(_) => StatusCode::OK,
+            | TooLargeForNode(_)
+            | RefusedAsTooLarge { .. } => StatusCode::OK,
             RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             NoHealthyUpstream | Overloaded | QuotaUnavailable | ConnectionLimit { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -278,7 +285,8 @@ impl ProxyError {
             | BatchTooLong { .. }
             | Ambiguous(_)
             | UnknownUpstream(_)
-            | TooLargeForNode(_) => call("invalid_request"),
+            | TooLargeForNode(_)
+            | RefusedAsTooLarge { .. } => call("invalid_request"),
             UnknownMethod { .. } | WrongPath { .. } => call("unknown_method"),
             Refused { .. } => call("refused"),
             RateLimited { .. } => call("rate_limited"),
@@ -421,6 +429,9 @@ mod tests {
             },
             Ambiguous("duplicate member".into()),
             TooLargeForNode(1_048_576),
+            RefusedAsTooLarge {
+                upstream: "node-a".into(),
+            },
             UnknownMethod {
                 method: "platform.nope".into(),
             },
@@ -475,6 +486,7 @@ mod tests {
                 | BatchTooLong { .. }
                 | Ambiguous(_)
                 | TooLargeForNode(_)
+                | RefusedAsTooLarge { .. }
                 | UnknownMethod { .. }
                 | WrongPath { .. }
                 | Refused { .. }

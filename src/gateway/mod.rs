@@ -23,7 +23,7 @@ use tokio::sync::{watch, Semaphore};
 
 use crate::cache::shared::SharedCache;
 use crate::cache::AnswerCache;
-use crate::call::{BestHeight, Caller, ClientId, ReloadReport, RpcCall};
+use crate::call::{BestHeight, ReloadReport};
 use crate::config::Config;
 use crate::http::admin::Admin;
 use crate::http::decode::Decoding;
@@ -287,12 +287,11 @@ impl Core {
         let registry = Registry::with_overrides(&config.methods);
         // The fleet's Redis: asked once now (so that a Redis that is up is used from the first
         // request; one that is down costs at most a connect timeout here, and is retried in the
-        // background), and told the network the nodes serve (cache keys carry it).
+        // background).
         let shared = match &config.redis {
             Some(redis) => {
                 let shared = Shared::new(redis, &metrics).map_err(|e| anyhow::anyhow!(e))?;
                 shared.check().await;
-                learn_network(&pool, &registry, &shared).await;
                 Some(shared)
             }
             None => None,
@@ -312,21 +311,21 @@ impl Core {
             });
             AnswerCache::new(&config.cache, best, tier, &metrics, registry.len())
         });
+        // The shared cache's keys carry the pool's network: settled now (`[network] id`, or the
+        // start's majority), or later, when more than half of the nodes report one; nothing is
+        // shared until then.
+        if let (Some(cache), Some(id)) = (&cache, pool.network()) {
+            cache.share_network(id);
+        }
         let board = StatusBoard::new(metrics.clone());
         if let Some(stop) = background {
             board.spawn(stop.clone());
             pool.spawn_health_checks(stop.clone());
             if let Some(shared) = &shared {
                 shared.spawn_watcher(stop.clone());
-                if shared.network_prefix().is_none() {
-                    spawn_network_learner(
-                        pool.clone(),
-                        registry.clone(),
-                        shared.clone(),
-                        config.health.interval,
-                        stop,
-                    );
-                }
+            }
+            if let Some(cache) = cache.as_ref().filter(|_| config.shares_cache()) {
+                spawn_network_follower(&pool, cache.clone(), stop);
             }
         }
         metrics.config_loaded.set(unix_now());
@@ -500,65 +499,19 @@ fn unix_now() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
-/// Asks the pool for the network ID (`info.getNetworkID`) and gives it to the shared tier: cache
-/// keys in Redis carry it, and nothing is shared until it is known. Only a plain decimal ID is
-/// taken (it becomes part of Redis keys).
-async fn learn_network(pool: &Pool, registry: &Registry, shared: &Shared) -> bool {
-    let Some(spec) = registry.get("info.getNetworkID") else {
-        return false;
-    };
-    let local = std::net::IpAddr::from([127, 0, 0, 1]);
-    let call = RpcCall {
-        spec: spec.clone(),
-        params: None,
-        id: Some(bytes::Bytes::from_static(b"1")),
-        caller: Caller {
-            admin: true,
-            pin: None,
-            ip: local,
-            client: ClientId::Ip(local),
-            request_id: None,
-        },
-        route_min_height: None,
-    };
-    let Ok(answer) = pool.forward(&call).await else {
-        return false;
-    };
-    let id = crate::jsonrpc::Json::parse(&answer.payload)
-        .ok()
-        .and_then(|v| {
-            v.field("networkID")
-                .and_then(|n| n.as_str().map(str::to_string))
-        });
-    match id {
-        Some(id) if !id.is_empty() && id.len() <= 20 && id.bytes().all(|b| b.is_ascii_digit()) => {
-            tracing::info!(network_id = %id, "shared tier: keys carry this network ID");
-            shared.learn_network(&id);
-            true
-        }
-        _ => {
-            tracing::warn!("shared tier: the nodes' network ID is not a number; nothing is shared");
-            false
-        }
-    }
-}
-
-/// Retries [`learn_network`] every health interval until it succeeds or `stop` flips.
-fn spawn_network_learner(
-    pool: Arc<Pool>,
-    registry: Registry,
-    shared: Arc<Shared>,
-    every: Duration,
-    mut stop: watch::Receiver<bool>,
-) {
+/// Tells the cache's shared tier the pool's network whenever the pool settles (or, were it ever
+/// to, changes) it, until `stop` flips: the tier shares under it from then on, and stops sharing
+/// if told two (see `crate::cache::shared::NetworkScope`). No polling: it waits on the pool.
+fn spawn_network_follower(pool: &Pool, cache: Arc<AnswerCache>, mut stop: watch::Receiver<bool>) {
+    let mut network = pool.watch_network();
     tokio::spawn(async move {
         loop {
-            tokio::select! {
-                _ = tokio::time::sleep(every) => {}
-                _ = stop.changed() => return,
+            if let Some(id) = *network.borrow_and_update() {
+                cache.share_network(id);
             }
-            if learn_network(&pool, &registry, &shared).await {
-                return;
+            tokio::select! {
+                changed = network.changed() => if changed.is_err() { return },
+                _ = stop.changed() => return,
             }
         }
     });

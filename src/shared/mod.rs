@@ -13,9 +13,9 @@
 //!   pings Redis every second while it is up, and while it is down probes it with a growing,
 //!   jittered backoff; the first answer closes the breaker and sharing resumes on its own. The
 //!   tier starts open: Redis is used once it has answered.
-//! * **Keys under `[redis] key_prefix`**, so that several fleets share one Redis, and the network
-//!   ID the nodes report ([`Shared::learn_network`]) in every cache key, so that no instance ever
-//!   reads answers of another network.
+//! * **Keys under `[redis] key_prefix`** ([`Shared::prefix`]), so that several fleets share one
+//!   Redis (the cache adds the pool's settled network ID to its keys, so that no instance ever
+//!   reads answers of another network: `crate::cache::shared::NetworkScope`).
 //! * Reconnection is redis-rs's (`ConnectionManager`, the cluster connection's own slot map and
 //!   reconnects); the breaker only decides whether requests try.
 //!
@@ -24,7 +24,7 @@
 
 pub mod breaker;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::{IntCounterVec, IntGauge, Opts};
@@ -159,8 +159,6 @@ pub struct Shared {
     link: Link,
     timeout: Duration,
     prefix: Box<str>,
-    /// `{prefix}{network ID}:`, once the nodes have told the network ID.
-    network: OnceLock<Box<str>>,
     breaker: Breaker,
     /// What the logs call this Redis (the URLs without credentials).
     shown: String,
@@ -240,7 +238,6 @@ impl Shared {
             link,
             timeout,
             prefix: config.key_prefix.clone().into_boxed_str(),
-            network: OnceLock::new(),
             breaker: Breaker::new(State::Open),
             shown,
             last_error: parking_lot::Mutex::new(None),
@@ -261,20 +258,6 @@ impl Shared {
     /// `[redis] key_prefix`.
     pub fn prefix(&self) -> &str {
         &self.prefix
-    }
-
-    /// Records the network ID the nodes report: cache keys carry it from now on. Only the first
-    /// call counts (a pool whose nodes disagree is a configuration error, reported elsewhere).
-    pub fn learn_network(&self, network_id: &str) {
-        let _ = self
-            .network
-            .set(format!("{}{network_id}:", self.prefix).into_boxed_str());
-    }
-
-    /// `{key_prefix}{network ID}:`, or `None` while the network is not known yet (nothing is
-    /// shared until it is).
-    pub fn network_prefix(&self) -> Option<&str> {
-        self.network.get().map(|n| &**n)
     }
 
     /// A connection handle, if a request may use Redis now.

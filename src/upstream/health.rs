@@ -72,12 +72,31 @@ impl Fault {
     /// A timeout does not: a slow method, or time the request spent queued in snowgate, says
     /// nothing about the node's health, which its active checks (with their own short timeout)
     /// judge. Nor does an answer over the size bound: a client can ask for a large answer. Nor
-    /// does a request snowgate could not build: the node never saw it.
+    /// does a request snowgate could not build: the node never saw it. Nor does a refusal of the
+    /// request's size ([`Fault::refuses_the_size`]): a node behind nginx's `client_max_body_size`
+    /// refuses a large body however healthy it is, and snowgate's own checks, which send the same
+    /// request line and headers with a small body, judge the rest.
     pub fn counts_against_node(self) -> bool {
         !matches!(
             self,
             Fault::Timeout | Fault::TooLarge(_) | Fault::InvalidRequest
-        )
+        ) && !self.refuses_the_size()
+    }
+
+    /// HTTP 413 (body too large), 414 (URI too long) or 431 (header fields too large): the node,
+    /// or the proxy in front of it, refused this request for its size. Of the three only the
+    /// body comes from the client: the path and headers snowgate sends a node are its config's,
+    /// the same for every call, so a 414 or 431 is tried on another node like any other failure
+    /// (without holding it against this one), while a 413 is the caller's error
+    /// ([`Fault::refuses_the_body`]).
+    pub fn refuses_the_size(self) -> bool {
+        matches!(self, Fault::Http(413 | 414 | 431))
+    }
+
+    /// HTTP 413: the node refused the request's body as too large. The same body would be refused
+    /// by the next node too (nodes of a pool sit behind alike proxies), so it is not retried.
+    pub fn refuses_the_body(self) -> bool {
+        self == Fault::Http(413)
     }
 }
 
@@ -210,11 +229,15 @@ impl HealthState {
 /// The pool's view of its nodes' heights, recomputed from the heights reported now (never kept
 /// from the past: a node that leaves, restarts lower or resets moves it at the next check).
 ///
-/// With three or more reporting nodes, the *quorum height* is the highest height at least half
-/// of them (rounded up) have reached; a node takes traffic only within `max_lag_blocks` of it on
-/// either side. So one node reporting 10,000,000 is implausible and takes no traffic, while the
-/// honest majority keeps serving. With one or two nodes there is no majority to believe: the
-/// highest height is the mark and only lag is judged.
+/// With three or more reporting nodes, the *quorum height* is the highest height that more than
+/// half of them have reached (the (⌊k/2⌋+1)-th highest of k); a node takes traffic only within
+/// `max_lag_blocks` of it on either side. So nodes reporting 10,000,000 are implausible and take
+/// no traffic while they are fewer than half, and the honest majority keeps serving. Half is not
+/// enough: two liars of four would otherwise set the height and take every call. On such a tie
+/// the lower height wins: a node behind serves answers that were true (and is caught up with),
+/// one ahead may serve answers nobody else can vouch for, and the pool's best height (which keys
+/// head-class cache entries) must not follow it. With one or two nodes there is no majority to
+/// believe: the highest height is the mark and only lag is judged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Heights {
     /// The highest plausible height a reporting node has reached (cache validity, "not found"
@@ -240,8 +263,9 @@ impl Heights {
                 ceiling: u64::MAX,
             };
         }
-        // The ceil(k/2)-th highest: with one outlier among three or more, always an honest one.
-        let quorum = sorted[k.div_ceil(2) - 1];
+        // The (k/2+1)-th highest, reached by more than half: with fewer than half of the nodes
+        // lying (in either direction), always an honest node's height; on a tie, the lower.
+        let quorum = sorted[k / 2];
         let ceiling = quorum.saturating_add(max_lag);
         let best = sorted
             .iter()
@@ -342,6 +366,22 @@ mod tests {
     }
 
     #[test]
+    fn a_refusal_of_the_requests_size_never_ejects() {
+        let mut s = HealthState::default();
+        s.record(ok(5), T);
+        for status in [413, 414, 431] {
+            for _ in 0..10 {
+                assert!(!s.passive_failure(Fault::Http(status), 1));
+            }
+        }
+        assert!(s.healthy);
+        assert!(Fault::Http(413).refuses_the_body());
+        assert!(!Fault::Http(414).refuses_the_body() && !Fault::Http(400).refuses_the_size());
+        // Any other status still counts.
+        assert!(s.passive_failure(Fault::Http(400), 1));
+    }
+
+    #[test]
     fn bootstrapping_is_unhealthy_at_once() {
         let mut s = HealthState::default();
         s.record(ok(5), T);
@@ -384,6 +424,31 @@ mod tests {
     }
 
     #[test]
+    fn two_liars_among_four_do_not_set_the_height() {
+        let h = Heights::judge(&[100, 10_000_000, 101, 10_000_000], 2);
+        assert_eq!((h.best, h.floor, h.ceiling), (101, 99, 103));
+        assert!(h.admits(Some(100)) && h.admits(Some(101)));
+        assert!(h.implausible(Some(10_000_000)));
+        // Three of five likewise; three of four are a majority, and believed.
+        let h = Heights::judge(&[100, 9_000, 101, 9_000, 102], 2);
+        assert_eq!(h.best, 102);
+        let h = Heights::judge(&[100, 9_000, 9_000, 9_000], 2);
+        assert_eq!(h.best, 9_000);
+        assert!(!h.admits(Some(100)));
+    }
+
+    #[test]
+    fn a_tie_takes_the_lower_height() {
+        // Two behind, two ahead: nobody has a majority, and the lower pair is believed.
+        let h = Heights::judge(&[90, 100, 90, 100], 2);
+        assert_eq!((h.best, h.floor, h.ceiling), (90, 88, 92));
+        assert!(h.admits(Some(90)) && !h.admits(Some(100)));
+        // Six nodes, three and three.
+        let h = Heights::judge(&[5, 5, 5, 50, 50, 50], 0);
+        assert_eq!(h.best, 5);
+    }
+
+    #[test]
     fn the_best_height_goes_down_when_the_highest_node_leaves() {
         assert_eq!(Heights::judge(&[1_000, 10], 2).best, 1_000);
         assert_eq!(Heights::judge(&[10], 2).best, 10);
@@ -421,12 +486,16 @@ mod tests {
                 let s = &nodes[candidates[k]];
                 let h = s.height.unwrap_or_default();
                 prop_assert!(s.healthy);
-                // The rule, restated: within max_lag of the quorum height (the ceil(k/2)-th
-                // highest) with three or more reporting nodes, else not behind the highest.
+                // The rule, restated: within max_lag of the quorum height (the highest that
+                // more than half reached) with three or more reporting nodes, else not behind
+                // the highest.
                 let mut sorted = reported.clone();
                 sorted.sort_unstable_by(|a, b| b.cmp(a));
                 if sorted.len() >= 3 {
-                    let quorum = sorted[sorted.len().div_ceil(2) - 1];
+                    let quorum = *sorted
+                        .iter()
+                        .find(|&&h| 2 * sorted.iter().filter(|&&x| x >= h).count() > sorted.len())
+                        .unwrap();
                     prop_assert!(h + max_lag >= quorum, "lagging");
                     prop_assert!(h <= quorum + max_lag, "implausible");
                 } else {
@@ -451,6 +520,40 @@ mod tests {
                 prop_assert!(heights.admits(Some(base + d)), "{heights:?}");
             }
             prop_assert!(heights.best <= base + 4 + max_lag);
+        }
+
+        #[test]
+        fn fewer_than_half_lying_anywhere_leave_the_honest_nodes_serving(
+            honest in proptest::collection::vec(0u64..=4, 2..7),
+            base in 1_000u64..1_000_000,
+            liars in proptest::collection::vec(any::<u64>(), 0..6),
+        ) {
+            // However the liars spread (all high, all low, both), while they are fewer than the
+            // honest nodes the quorum height is an honest node's.
+            let max_lag = 4;
+            let liars = &liars[..liars.len().min(honest.len() - 1)];
+            let mut reported: Vec<u64> = honest.iter().map(|d| base + d).collect();
+            reported.extend_from_slice(liars);
+            let heights = Heights::judge(&reported, max_lag);
+            if reported.len() >= 3 {
+                for d in &honest {
+                    prop_assert!(heights.admits(Some(base + d)), "{heights:?} {reported:?}");
+                }
+            }
+        }
+
+        #[test]
+        fn the_quorum_height_is_reached_by_more_than_half(
+            reported in proptest::collection::vec(0u64..50, 3..9),
+        ) {
+            let heights = Heights::judge(&reported, 0);
+            // max_lag 0: floor and ceiling are the quorum height itself.
+            let quorum = heights.floor;
+            prop_assert_eq!(heights.ceiling, quorum);
+            let reached = |h: u64| reported.iter().filter(|&&x| x >= h).count();
+            prop_assert!(2 * reached(quorum) > reported.len(), "{quorum} {reported:?}");
+            // No higher height is: the lower one wins a tie.
+            prop_assert!(2 * reached(quorum + 1) <= reported.len(), "{quorum} {reported:?}");
         }
     }
 }

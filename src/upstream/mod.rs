@@ -6,6 +6,8 @@
 //!   (transport errors, timeouts, 5xx and garbage answers move to another node within
 //!   `max_attempts` and one deadline), side-effecting calls (`issueTx`) re-sent only when the
 //!   first attempt never connected, height-aware routing, calls pinned by `X-Snowgate-Upstream`.
+//!   No node is sent more than `limits.body_bytes` (a call whose re-encoding would pass it is
+//!   refused), and a node's 413 is the caller's error: not retried, not held against the node.
 //! * `select.rs`: which node may take a call (healthy, height admitted, room under the
 //!   concurrency limit, the height the call needs), a pure function over plain data;
 //!   `balance.rs`: power of two choices over peak-EWMA latency times requests in flight among
@@ -15,7 +17,9 @@
 //!   its age.
 //! * [`conn`]: keep-alive HTTP/1.1 connections to each node (a small client of its own), with
 //!   connect and per-attempt timeouts.
-//! * `answer.rs`: what a node sends back is checked before a client sees it.
+//! * `answer.rs`: what a node sends back is checked before a client sees it; `secrets.rs`: an
+//!   upstream's own secrets (header values, credentials, path keys) scrubbed from its error
+//!   answers, which a provider may fill with the request it refused.
 //! * `health.rs`: the pure rules: active checks plus passive signals from real requests
 //!   (`[health] passive_failures` in a row; timeouts never count), with hysteresis; the pool's
 //!   heights judged afresh at every check, so a node more than `max_lag_blocks` behind the quorum
@@ -46,6 +50,7 @@ mod node;
 mod pending;
 mod pool;
 mod probe;
+mod secrets;
 mod select;
 mod status;
 

@@ -72,6 +72,8 @@ impl AttemptError {
         let upstream = upstream.to_string();
         match self.fault {
             Fault::Timeout => ProxyError::UpstreamTimeout { upstream },
+            // The request's size is at fault, not the node: the caller's error.
+            fault if fault.refuses_the_body() => ProxyError::RefusedAsTooLarge { upstream },
             Fault::BadAnswer | Fault::TooLarge(_) | Fault::InvalidHttp => {
                 ProxyError::BadUpstreamAnswer {
                     upstream,
@@ -112,6 +114,9 @@ pub(crate) struct Upstream {
     pub(super) permits: tokio::sync::Semaphore,
     /// This node's metric series, resolved once.
     pub(super) metrics: UpstreamMetrics,
+    /// Its own secrets (header values, credentials, path keys), scrubbed from its error answers
+    /// and its reported version before either leaves snowgate.
+    pub(super) secrets: super::secrets::Secrets,
     /// What it was built from, to tell on a reload whether it changed.
     recipe: Recipe,
     /// Taken out by a reload: its health checks stop at once, its idle connections close; the
@@ -215,6 +220,7 @@ impl Upstream {
             )?
         }
         .with_headers(config.host_header.as_deref(), &headers);
+        let secrets = super::secrets::Secrets::of_upstream(config, &base, &headers);
         let (info, platform) = config.api_paths(&base);
         let proposervm = format!("{platform}/proposervm");
         Ok(Upstream {
@@ -231,6 +237,7 @@ impl Upstream {
             cordoned: std::sync::atomic::AtomicBool::new(false),
             permits: tokio::sync::Semaphore::new(forward.max_concurrency),
             metrics: UpstreamMetrics::new(metrics, &config.name),
+            secrets,
             recipe: Self::recipe(config, forward),
             retired: tokio::sync::watch::Sender::new(false),
         })

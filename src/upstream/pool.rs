@@ -42,7 +42,11 @@ pub struct Pool {
     cordon_lock: parking_lot::Mutex<()>,
     pub(super) metrics: Metrics,
     /// The network every node must be on: `[network] id`, or the one more than half of the nodes report.
+    /// Set once, through [`Pool::set_network`].
     pub(super) network: std::sync::OnceLock<u32>,
+    /// The same, for whoever must follow it as it settles (the fleet's shared cache, whose keys
+    /// carry it): `None` until settled.
+    network_settled: watch::Sender<Option<u32>>,
     /// The start's first round is over and the network was decided on (or could not be): from
     /// then on the checks settle it as soon as a majority reports one.
     pub(super) network_judged: std::sync::atomic::AtomicBool,
@@ -60,6 +64,9 @@ pub(super) struct Members {
     pub(super) deadline: Duration,
     /// Largest answer accepted from a node.
     pub(super) max_response_bytes: usize,
+    /// Largest request body sent to a node (`limits.body_bytes`): what a client may send is
+    /// what a node is sent, re-encoding included.
+    pub(super) max_request_bytes: usize,
 }
 
 /// What a reload changed in the pool (names only).
@@ -98,6 +105,7 @@ impl Pool {
                 forward,
                 deadline: limits.request_deadline,
                 max_response_bytes: limits.response_bytes,
+                max_request_bytes: limits.body_bytes,
             }),
             best_height: AtomicU64::new(0),
             best_moved_ms: AtomicU64::new(0),
@@ -107,6 +115,7 @@ impl Pool {
             cordon_lock: parking_lot::Mutex::new(()),
             metrics,
             network: std::sync::OnceLock::new(),
+            network_settled: watch::Sender::new(None),
             network_judged: std::sync::atomic::AtomicBool::new(false),
             checks: Mutex::new(None),
         })
@@ -178,6 +187,7 @@ impl Pool {
             forward,
             deadline: limits.request_deadline,
             max_response_bytes: limits.response_bytes,
+            max_request_bytes: limits.body_bytes,
         };
         futures_util::future::join_all(fresh.iter().map(|u| self.check_with(u, &candidate))).await;
         {
@@ -218,6 +228,27 @@ impl Pool {
         // Calls queued for a slot look again: a new node may have room.
         self.slot_freed.notify_waiters();
         Ok(changes)
+    }
+
+    /// The pool's settled network: `[network] id`, or the one more than half of the configured
+    /// nodes report once they do; `None` until then. It never changes once settled.
+    pub fn network(&self) -> Option<u32> {
+        self.network.get().copied()
+    }
+
+    /// Follows [`Pool::network`]: the receiver sees `None` until the network is settled, then
+    /// its ID.
+    pub fn watch_network(&self) -> watch::Receiver<Option<u32>> {
+        self.network_settled.subscribe()
+    }
+
+    /// Settles the pool's network on `id` unless it is settled already; whether this call did.
+    pub(super) fn set_network(&self, id: u32) -> bool {
+        let set = self.network.set(id).is_ok();
+        if set {
+            self.network_settled.send_replace(Some(id));
+        }
+        set
     }
 
     /// The highest plausible height the nodes report now (see `health::Heights`).
@@ -322,6 +353,14 @@ impl Pool {
             .await
             .and_then(|b| {
                 answer::check(&b, id).map_err(|why| AttemptError::new(Fault::BadAnswer, why))
+            })
+            .map(|(kind, payload)| match kind {
+                // A provider's error may echo its request: its own secrets go (`secrets.rs`).
+                AnswerKind::Error => match upstream.secrets.scrub_error(&payload) {
+                    Some(clean) => (kind, Bytes::from(clean)),
+                    None => (kind, payload),
+                },
+                AnswerKind::Result => (kind, payload),
             });
         let ended = Instant::now();
         let elapsed = ended.saturating_duration_since(started);
@@ -335,6 +374,11 @@ impl Pool {
         handles.requests.inc(0, &[&upstream.name], outcome);
         match &result {
             Ok(_) => upstream.state.lock().passive_success(),
+            Err(e) if e.fault.refuses_the_body() => {
+                // The caller's doing, so at debug (a client must not be able to flood the log),
+                // and not held against the node.
+                tracing::debug!(request_id = call.caller.request_id(), upstream = %upstream.name, fault = %e.fault, "the node refused the request as too large");
+            }
             Err(e) => {
                 // The detail may name the node's address; it never holds a body or params.
                 tracing::warn!(request_id = call.caller.request_id(), upstream = %upstream.name, fault = %e.fault, detail = %e.detail, "upstream attempt failed");
@@ -363,6 +407,14 @@ impl Pool {
     pub(crate) async fn forward(&self, call: &RpcCall) -> Result<Answer, ProxyError> {
         let members = self.members();
         let members = &*members;
+        // No node is sent more than `limits.body_bytes`, whatever the re-encoding adds (the
+        // longest request id, invalid UTF-8 made U+FFFD): the call is refused before any node is
+        // chosen, the same way whichever id its attempts would get. A node behind a proxy with
+        // the same limit (nginx's `client_max_body_size`) so never refuses what a client was
+        // allowed to send.
+        if call.upstream_len(u64::MAX) > members.max_request_bytes {
+            return Err(ProxyError::TooLargeForNode(members.max_request_bytes));
+        }
         let deadline = Instant::now() + members.deadline;
         if let Some(pin) = &call.caller.pin {
             let upstream = Self::by_name(members, pin)
@@ -447,8 +499,10 @@ impl Pool {
                 }
                 Err(e) => {
                     let never_left = e.never_left();
+                    // Refused for its body: so would the next node be (see `Fault::refuses_the_body`).
+                    let final_answer = e.fault.refuses_the_body();
                     let err = e.into_proxy_error(&upstream.name);
-                    if call.spec.side_effect && !never_left {
+                    if final_answer || (call.spec.side_effect && !never_left) {
                         return Err(err);
                     }
                     last_error = Some(err);

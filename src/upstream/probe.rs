@@ -238,7 +238,8 @@ impl Pool {
             Ok(crate::jsonrpc::Json::String(s))
                 if s.len() <= 64 && s.bytes().all(|b| b.is_ascii_graphic()) =>
             {
-                Some(s)
+                // Shown on `/ext/health` and in a metric label: none of the node's own secrets.
+                Some(upstream.secrets.scrub_text(&s).into_owned())
             }
             _ => None,
         };
@@ -273,7 +274,7 @@ impl Pool {
     /// can settle another one meanwhile).
     pub(crate) fn expect_network(&self, configured: Option<u32>) {
         if let Some(id) = configured {
-            let _ = self.network.set(id);
+            let _ = self.set_network(id);
         }
     }
 
@@ -286,7 +287,7 @@ impl Pool {
         let reported = reported_networks(&members);
         if self.network.get().is_none() {
             if let Some(id) = super::identity::majority(&reported, members.upstreams.len()) {
-                let _ = self.network.set(id);
+                let _ = self.set_network(id);
             }
         }
         match self.network.get() {
@@ -317,7 +318,7 @@ impl Pool {
         let members = self.members();
         let reported = reported_networks(&members);
         if let Some(id) = super::identity::majority(&reported, members.upstreams.len()) {
-            if self.network.set(id).is_ok() {
+            if self.set_network(id) {
                 tracing::info!(
                     network_id = id,
                     "the pool's network (reported by more than half of the nodes)"
