@@ -482,6 +482,38 @@ pub const OUTCOMES: &[&str] = &[
     "bad_upstream_answer",
 ];
 
+/// The process collector, with `process_cpu_seconds_total` in fractions of a second: the
+/// collector counts whole seconds, so a dashboard's `rate()` of an idle or lightly loaded gateway
+/// reads 0 or jumps by whole seconds.
+#[cfg(target_os = "linux")]
+struct ProcessFigures(prometheus::process_collector::ProcessCollector);
+
+#[cfg(target_os = "linux")]
+impl prometheus::core::Collector for ProcessFigures {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.0.desc()
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let mut families = self.0.collect();
+        let precise = procfs::process::Process::myself()
+            .and_then(|p| p.stat())
+            .map(|stat| (stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64);
+        if let Ok(seconds) = precise {
+            for family in &mut families {
+                if family.get_name() == "process_cpu_seconds_total" {
+                    for metric in family.mut_metric().iter_mut() {
+                        let mut counter = prometheus::proto::Counter::default();
+                        counter.set_value(seconds);
+                        metric.set_counter(counter);
+                    }
+                }
+            }
+        }
+        families
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -535,37 +567,5 @@ mod tests {
                 .get(),
             1
         );
-    }
-}
-
-/// The process collector, with `process_cpu_seconds_total` in fractions of a second: the
-/// collector counts whole seconds, so a dashboard's `rate()` of an idle or lightly loaded gateway
-/// reads 0 or jumps by whole seconds.
-#[cfg(target_os = "linux")]
-struct ProcessFigures(prometheus::process_collector::ProcessCollector);
-
-#[cfg(target_os = "linux")]
-impl prometheus::core::Collector for ProcessFigures {
-    fn desc(&self) -> Vec<&prometheus::core::Desc> {
-        self.0.desc()
-    }
-
-    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
-        let mut families = self.0.collect();
-        let precise = procfs::process::Process::myself()
-            .and_then(|p| p.stat())
-            .map(|stat| (stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64);
-        if let Ok(seconds) = precise {
-            for family in &mut families {
-                if family.get_name() == "process_cpu_seconds_total" {
-                    for metric in family.mut_metric().iter_mut() {
-                        let mut counter = prometheus::proto::Counter::default();
-                        counter.set_value(seconds);
-                        metric.set_counter(counter);
-                    }
-                }
-            }
-        }
-        families
     }
 }
