@@ -23,7 +23,7 @@ async fn takes_traffic(c: &Cluster, name: &str) -> bool {
 }
 
 async fn wait_traffic(c: &Cluster, name: &str, want: bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while std::time::Instant::now() < deadline {
         if takes_traffic(c, name).await == want {
             return;
@@ -133,14 +133,15 @@ async fn a_bootstrapping_node_gets_no_traffic() {
         )
         .await;
         assert!(r.body.contains("result"), "{}", r.body);
+        // (Not a method the pool asks itself: a node that went out is asked its network again.)
         let r = post(
             &format!("{}/ext/info", c.url()),
-            &call("info.getNetworkID", "{}"),
+            &call("info.getTxFee", "{}"),
         )
         .await;
         assert!(r.body.contains("result"), "{}", r.body);
     }
-    assert_eq!(c.nodes[0].control().call_count("info.getNetworkID"), 0);
+    assert_eq!(c.nodes[0].control().call_count("info.getTxFee"), 0);
     let status = c.gateway.pool().status();
     let node0 = status
         .upstreams
@@ -328,7 +329,7 @@ async fn a_height_goes_only_to_nodes_that_reached_it() {
     c.nodes[1].control().freeze();
     let frozen_at = c.nodes[1].control().height();
     let target = frozen_at + 5;
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         let status = c.gateway.pool().status();
         let h0 = status.upstreams[0].height.unwrap_or(0);
