@@ -309,3 +309,150 @@ async fn a_stream_reset_while_its_call_is_at_the_node_does_not_hold_the_connecti
         "the gateway still counts the connection open"
     );
 }
+
+/// `{"jsonrpc":"2.0","id":<id>,"method":<method>,"params":{}}`.
+fn with_id(id: &str, method: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{{}}}}"#)
+}
+
+#[tokio::test]
+async fn an_id_too_long_to_echo_is_refused_with_a_short_answer() {
+    let cluster = Cluster::start(1, Duration::from_secs(60), |c| {
+        c.rate_limit.enabled = true;
+        c.rate_limit.requests_per_second = 1;
+        c.rate_limit.burst = 1000;
+    })
+    .await;
+    let url = format!("{}/ext/info", cluster.url());
+
+    // 256 bytes of id are echoed as they are.
+    let fits = format!("\"{}\"", "a".repeat(254));
+    let r = post(&url, &with_id(&fits, "info.getNetworkName")).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.json()["id"].as_str().map(str::len),
+        Some(254),
+        "{}",
+        r.body
+    );
+    assert_eq!(r.json()["result"]["networkName"], "local");
+    let calls = cluster.nodes[0].control().call_count("info.getNetworkName");
+
+    // A byte more, or a whole MiB of `<`: the short -32600, nothing echoed, nothing forwarded.
+    for id in [
+        format!("\"{}\"", "a".repeat(255)),
+        format!("\"{}\"", "<".repeat(1000 * 1024)),
+        format!("[{}1]", "1, ".repeat(200)),
+    ] {
+        for body in [
+            with_id(&id, "info.getNetworkName"),
+            with_id(&id, "info.noSuchMethod"),
+            format!(r#"{{"jsonrpc":"1.0","id":{id},"method":"info.getNetworkName"}}"#),
+        ] {
+            let r = post(&url, &body).await;
+            assert_eq!(r.status, 200);
+            assert!(
+                r.body.len() < 200,
+                "{} bytes: {:.300}",
+                r.body.len(),
+                r.body
+            );
+            let v = r.json();
+            assert_eq!(v["error"]["code"], -32600, "{}", r.body);
+            assert_eq!(v["id"], serde_json::Value::Null);
+            assert_eq!(v["error"]["data"], serde_json::Value::Null);
+        }
+    }
+    assert_eq!(
+        cluster.nodes[0].control().call_count("info.getNetworkName"),
+        calls
+    );
+
+    // In a batch, each element on its own.
+    let big = format!("\"{}\"", "<".repeat(4096));
+    let batch = format!(
+        "[{},{}]",
+        with_id("7", "info.getNetworkName"),
+        with_id(&big, "info.getNetworkName")
+    );
+    let r = post(&url, &batch).await;
+    assert!(r.body.len() < 400, "{:.500}", r.body);
+    let v = r.json();
+    assert_eq!(v[0]["id"], 7);
+    assert_eq!(v[0]["result"]["networkName"], "local");
+    assert_eq!(v[1]["id"], serde_json::Value::Null);
+    assert_eq!(v[1]["error"]["code"], -32600);
+
+    // Over quota, the 429 does not echo it either.
+    let limited = Cluster::start(1, Duration::from_secs(60), |c| {
+        c.rate_limit.enabled = true;
+        c.rate_limit.requests_per_second = 1;
+        c.rate_limit.burst = 10;
+    })
+    .await;
+    let url = format!("{}/ext/info", limited.url());
+    let mut statuses = Vec::new();
+    for _ in 0..15 {
+        let r = post(&url, &with_id(&big, "info.getNetworkName")).await;
+        assert!(
+            r.body.len() < 200,
+            "{} bytes: {:.300}",
+            r.body.len(),
+            r.body
+        );
+        assert_eq!(r.json()["id"], serde_json::Value::Null);
+        statuses.push(r.status);
+    }
+    assert!(statuses.contains(&429), "{statuses:?}");
+}
+
+#[tokio::test]
+async fn snowgate_echoes_at_most_a_small_bound_of_what_the_client_sent() {
+    let cluster = Cluster::start(1, Duration::from_secs(60), |_| {}).await;
+    let url = format!("{}/ext/bc/P", cluster.url());
+
+    // The node's -32700 / -32600 `data` (the envelope as decoded) is kept when small...
+    let small = r#"{"jsonrpc":2.0,"id":7,"method":"platform.getHeight","params":{"a":"<"}}"#;
+    let r = post(&url, small).await;
+    assert_eq!(
+        r.json()["error"]["data"],
+        serde_json::json!({"jsonrpc":"","method":"platform.getHeight","params":{"a":"<"},"id":7})
+    );
+    assert!(r.body.contains(r#"{"a":"\u003c"}"#), "{}", r.body);
+    // ...and null when it would be large.
+    let lt = "<".repeat(100 * 1024);
+    for body in [
+        format!(
+            r#"{{"jsonrpc":2.0,"id":7,"method":"platform.getHeight","params":{{"a":"{lt}"}}}}"#
+        ),
+        format!(r#"{{"jsonrpc":"1.0","id":7,"method":"platform.getHeight","params":["{lt}"]}}"#),
+        format!(r#"{{"jsonrpc":"1.0","id":7,"method":"{lt}"}}"#),
+    ] {
+        let r = post(&url, &body).await;
+        assert!(
+            r.body.len() < 300,
+            "{} bytes: {:.300}",
+            r.body.len(),
+            r.body
+        );
+        let v = r.json();
+        assert_eq!(v["error"]["data"], serde_json::Value::Null, "{}", r.body);
+        assert_eq!(v["id"], 7);
+    }
+    // A method name or a duplicate key of any length is quoted short in the message.
+    for body in [
+        with_id("7", &lt),
+        format!(
+            r#"{{"jsonrpc":"2.0","id":7,"method":"platform.getHeight","params":{{"{lt}":1,"{lt}":2}}}}"#
+        ),
+    ] {
+        let r = post(&url, &body).await;
+        assert!(
+            r.body.len() < 1024,
+            "{} bytes: {:.300}",
+            r.body.len(),
+            r.body
+        );
+        assert!(r.json()["error"]["message"].is_string(), "{}", r.body);
+    }
+}
