@@ -11,8 +11,11 @@
 //!   closed gracefully.
 //!
 //! * `send_timeout`: an answer the client has not taken within it (its socket stays full, or its
-//!   HTTP/2 window stays shut) ends the connection, so a client that stops reading cannot pin
-//!   memory or a connection slot;
+//!   HTTP/2 window stays shut, even at one byte: see [`Tracked`]) ends the connection, so a client
+//!   that stops reading cannot pin memory or a connection slot; and a connection closing
+//!   gracefully (idle, drained, shut down) is dropped once it has had nothing in flight for
+//!   `send_timeout`, whatever its client does (an HTTP/2 client that never acknowledges the PING
+//!   sent with the GOAWAY would otherwise hold the close for ever);
 //! * `max_connections_per_ip`: past it, a new connection from that address (an IPv4 address or an
 //!   IPv6 /64) is answered 503 and closed; trusted proxies are exempt;
 //! * HTTP/2: at most [`H2_MAX_STREAMS`] concurrent streams, windows of [`H2_STREAM_WINDOW`] per
@@ -857,6 +860,78 @@ fn connection_service(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http_body::Body as _;
+    use http_body_util::BodyExt;
+
+    fn activity() -> Arc<Activity> {
+        Arc::new(Activity::new(OpenGauges::new(
+            &crate::metrics::Metrics::new(),
+        )))
+    }
+
+    /// Each frame of `body` with whether the body said it was the last, until it ends.
+    async fn frames<B>(body: &mut Tracked<B>) -> Vec<(Bytes, bool)>
+    where
+        B: http_body::Body<Data = Bytes, Error: Unpin + std::fmt::Debug> + Unpin,
+    {
+        let mut out = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let data = frame
+                .ok()
+                .and_then(|f| f.into_data().ok())
+                .unwrap_or_default();
+            out.push((data, body.is_end_stream()));
+            if body.is_end_stream() {
+                break;
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn over_http2_an_answer_is_taken_only_after_its_last_byte_went_alone() {
+        let a = activity();
+        let chunks = crate::body::Chunks::many([
+            Bytes::from_static(b"{\"a\":"),
+            Bytes::from_static(b"1}\n"),
+        ]);
+        let mut body = Tracked::new(chunks, a.clone(), true);
+        assert_eq!(body.size_hint().exact(), Some(8));
+        let got = frames(&mut body).await;
+        let expected = [(&b"{\"a\":"[..], false), (b"1}", false), (b"\n", true)];
+        assert_eq!(got.len(), expected.len());
+        for ((data, end), (want, want_end)) in got.iter().zip(expected) {
+            assert_eq!((&data[..], *end), (want, want_end));
+        }
+        // hyper drops the body once it has sent the last frame: until then it is outstanding.
+        assert!(a.answers.lock().oldest().is_some());
+        drop(body);
+        assert_eq!(a.answers.lock().oldest(), None);
+
+        // A body that tells its end only by ending (gzip's): found by reading one frame ahead.
+        let stream = futures_util::stream::iter([
+            Ok::<_, Infallible>(http_body::Frame::data(Bytes::from_static(b"ab"))),
+            Ok(http_body::Frame::data(Bytes::from_static(b"cd"))),
+        ]);
+        let mut body = Tracked::new(http_body_util::StreamBody::new(stream), a.clone(), true);
+        let got: Vec<_> = frames(&mut body).await;
+        let got: Vec<_> = got.iter().map(|(d, end)| (&d[..], *end)).collect();
+        assert_eq!(got, [(&b"ab"[..], false), (b"c", false), (b"d", true)]);
+    }
+
+    #[tokio::test]
+    async fn over_http1_an_answer_goes_as_it_is() {
+        let a = activity();
+        let mut body = Tracked::new(crate::body::Chunks::from("abc"), a.clone(), false);
+        let got = frames(&mut body).await;
+        assert_eq!(got, [(Bytes::from_static(b"abc"), true)]);
+        assert!(
+            a.answers.lock().oldest().is_some(),
+            "taken when hyper asks past the end"
+        );
+        assert!(body.frame().await.is_none());
+        assert_eq!(a.answers.lock().oldest(), None);
+    }
 
     #[test]
     fn outstanding_answers_keep_the_oldest_start_in_any_end_order() {
