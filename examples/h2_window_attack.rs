@@ -15,8 +15,8 @@
 //! that many `<`), `--path /ext/info`, `--method info.getNetworkName`, `--params {}`, `--hold 60`
 //! (seconds the attacker stays), `--after 20` (seconds watched after it left).
 //!
-//! Each second it prints the time, the gateway's VmRSS, the answers whose head came, the streams
-//! the gateway ended with an error and the connections it closed.
+//! Each second it prints the time, the gateway's VmRSS, the answers whose head came (and their
+//! statuses), the streams the gateway ended with an error and the connections it closed.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -81,6 +81,8 @@ fn rss_kib(pid: u32) -> Option<u64> {
 
 #[derive(Default)]
 struct Counts {
+    /// Answers by HTTP status.
+    statuses: std::sync::Mutex<std::collections::BTreeMap<u16, usize>>,
     heads: AtomicUsize,
     cut: AtomicUsize,
     completed: AtomicUsize,
@@ -160,6 +162,9 @@ async fn main() {
                     return;
                 };
                 c.heads.fetch_add(1, Ordering::Relaxed);
+                if let Ok(mut s) = c.statuses.lock() {
+                    *s.entry(r.status().as_u16()).or_default() += 1;
+                }
                 let mut body = r.into_body();
                 loop {
                     match body.data().await {
@@ -178,8 +183,13 @@ async fn main() {
         }
     }
     let report = |phase: &str| {
+        let statuses = counts
+            .statuses
+            .lock()
+            .map(|s| format!("{s:?}"))
+            .unwrap_or_default();
         println!(
-            "t={}s rss={} heads={} cut={} completed={} conns_closed={}/{} ({phase})",
+            "t={}s rss={} heads={} {statuses} cut={} completed={} conns_closed={}/{} ({phase})",
             started.elapsed().as_secs(),
             rss(),
             counts.heads.load(Ordering::Relaxed),

@@ -430,7 +430,14 @@ impl<B: http_body::Body<Data = Bytes, Error: Unpin> + Unpin> Tracked<B> {
             self.ended = true;
         }
         if self.ended && data.len() > 1 {
-            self.last = Some(data.split_off(data.len() - 1));
+            let end = data.len() - 1;
+            self.last = Some(if data[end] == b'\n' {
+                // Every JSON-RPC answer ends so: no split of a shared buffer to count.
+                data.truncate(end);
+                Bytes::from_static(b"\n")
+            } else {
+                data.split_off(end)
+            });
         }
         Poll::Ready(Some(Ok(http_body::Frame::data(data))))
     }
