@@ -14,7 +14,8 @@
 //!   HTTP/2 window stays shut, even at one byte: see [`Tracked`]) ends the connection, so a client
 //!   that stops reading cannot pin memory or a connection slot; and a connection closing
 //!   gracefully (idle, drained, shut down) is dropped once it has had nothing in flight for
-//!   `send_timeout`, whatever its client does (an HTTP/2 client that never acknowledges the PING
+//!   `send_timeout`, and at the latest `body_timeout + request_deadline + send_timeout` after the
+//!   close began, whatever its client does (an HTTP/2 client that never acknowledges the PING
 //!   sent with the GOAWAY would otherwise hold the close for ever);
 //! * `max_connections_per_ip`: past it, a new connection from that address (an IPv4 address or an
 //!   IPv6 /64) is answered 503 and closed; trusted proxies are exempt;
@@ -145,23 +146,23 @@ impl Activity {
         self.waker.wake();
     }
 
-    /// `None` while the connection is open; once it is closing, how long it has lingered with
-    /// nothing to wait for: since the close began or the last request ended, whichever is later
-    /// (zero while a request is in flight: its answer is worth waiting for, and the request
-    /// deadline bounds it). What remains then is the client's part (taking the last answers,
-    /// acknowledging the GOAWAY's PING), which has `send_timeout`.
-    fn closing_for(&self) -> Option<Duration> {
+    /// `None` while the connection is open; once it is closing, (how long it has lingered with
+    /// nothing to wait for, how long it has been closing). Lingering counts from the close or
+    /// the end of the last request, whichever is later, and is zero while a request is in flight
+    /// (its answer is worth waiting for); what remains then is the client's part (taking the last
+    /// answers, acknowledging the GOAWAY's PING).
+    fn closing_for(&self) -> Option<(Duration, Duration)> {
         if self.state.load(Ordering::Acquire) < CLOSE {
             return None;
         }
+        let now = self.now_ms();
+        let began = self.closing_ms.load(Ordering::Acquire);
+        let closing = Duration::from_millis(now.saturating_sub(began));
         if self.in_flight.load(Ordering::Relaxed) > 0 {
-            return Some(Duration::ZERO);
+            return Some((Duration::ZERO, closing));
         }
-        let since = self
-            .closing_ms
-            .load(Ordering::Acquire)
-            .max(self.last_ms.load(Ordering::Relaxed));
-        Some(Duration::from_millis(self.now_ms().saturating_sub(since)))
+        let since = began.max(self.last_ms.load(Ordering::Relaxed));
+        Some((Duration::from_millis(now.saturating_sub(since)), closing))
     }
 
     /// Asks the connection task to drop the connection now, answers unsent or not.
@@ -600,7 +601,10 @@ impl Drop for IpSlot {
 /// * or it has been closing gracefully (asked here, by an answer, or by the shutdown) with
 ///   nothing in flight for `send`: a graceful close waits on the client (its last answers taken,
 ///   and over HTTP/2 the PING sent with the GOAWAY acknowledged), and a client that never does
-///   must not keep the connection.
+///   must not keep the connection;
+/// * or it has been closing for `close_cap` whatever its streams do: the longest a request that
+///   began just before the close may take (its body, its call, its answer taken). An HTTP/2
+///   client that never acknowledges the PING may go on opening streams; they do not keep it.
 ///
 /// It sleeps until the earliest deadline and looks again, so a busy connection costs it one
 /// wake per `header` period (a quarter of `send` at most), and the request path arms no timer.
@@ -610,6 +614,7 @@ async fn watchdog(
     header: Duration,
     idle: Duration,
     send: Duration,
+    close_cap: Duration,
 ) {
     // Once the server is closing (or gone), `closing` is not watched any more.
     let mut server_closing = false;
@@ -622,12 +627,14 @@ async fn watchdog(
         }
         let mut wait = (send - stalled).min(send / 4);
         match activity.closing_for() {
-            Some(lingering) if lingering >= send => {
-                tracing::debug!(lingering = ?lingering, "closing a connection whose graceful close did not end");
+            Some((lingering, closing)) if lingering >= send || closing >= close_cap => {
+                tracing::debug!(lingering = ?lingering, closing = ?closing, "closing a connection whose graceful close did not end");
                 activity.abort();
                 return;
             }
-            Some(lingering) => wait = wait.min(send - lingering),
+            Some((lingering, closing)) => {
+                wait = wait.min(send - lingering).min(close_cap - closing);
+            }
             None => {
                 let limit = if activity.http2.load(Ordering::Relaxed) {
                     idle
@@ -766,6 +773,7 @@ pub async fn run(
             limits.header_timeout,
             limits.idle_timeout,
             limits.send_timeout,
+            limits.body_timeout + limits.request_deadline + limits.send_timeout,
         ));
         // The connection task holds a receiver too, so the drain below waits for it.
         let closing = closing_rx.clone();
@@ -924,6 +932,40 @@ mod tests {
         let got: Vec<_> = frames(&mut body).await;
         let got: Vec<_> = got.iter().map(|(d, end)| (&d[..], *end)).collect();
         assert_eq!(got, [(&b"ab"[..], false), (b"c", false), (b"d", true)]);
+    }
+
+    /// Runs a watchdog (idle and header timeouts far away) until it aborts its connection, for at
+    /// most `limit`; whether it did.
+    async fn aborted_within(
+        a: &Arc<Activity>,
+        send: Duration,
+        cap: Duration,
+        limit: Duration,
+    ) -> bool {
+        let (_tx, rx) = watch::channel(false);
+        let hour = Duration::from_secs(3600);
+        let dog = tokio::spawn(watchdog(a.clone(), rx, hour, hour, send, cap));
+        let done = tokio::time::timeout(limit, dog).await.is_ok();
+        done && a.state.load(Ordering::Acquire) == ABORT
+    }
+
+    #[tokio::test]
+    async fn a_graceful_close_ends_at_its_cap_whatever_is_in_flight() {
+        let ms = Duration::from_millis;
+        // Nothing in flight: cut `send` after the close.
+        let a = activity();
+        a.close();
+        assert!(aborted_within(&a, ms(50), Duration::from_secs(3600), ms(5000)).await);
+        // A request in flight for ever (a client opening stream after stream): cut at the cap.
+        let a = activity();
+        let busy = InFlight::start(a.clone());
+        a.close();
+        assert!(aborted_within(&a, ms(50), ms(200), ms(5000)).await);
+        drop(busy);
+        // An open connection with a request in flight is left alone.
+        let a = activity();
+        let _busy = InFlight::start(a.clone());
+        assert!(!aborted_within(&a, ms(50), ms(100), ms(500)).await);
     }
 
     #[tokio::test]
