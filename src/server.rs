@@ -81,8 +81,8 @@ struct Activity {
     http2: AtomicBool,
     /// [`OPEN`], [`CLOSE`] (finish the answers in flight, then close) or [`ABORT`] (drop it now).
     state: AtomicU8,
-    /// Milliseconds from `started` to the first ask to close (zero: never asked), from which a
-    /// graceful close has `send_timeout` to end.
+    /// Milliseconds from `started` to the first ask to close (zero: never asked): where the
+    /// graceful close's deadlines count from (see [`watchdog`]).
     closing_ms: AtomicU64,
     /// The connection task, woken when `state` changes.
     waker: AtomicWaker,
