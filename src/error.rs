@@ -3,10 +3,61 @@
 //! Each variant knows its JSON-RPC code, its HTTP status and who is to blame; the blame picks the
 //! log level and the metric label. An error a node returns inside a JSON-RPC body is not a
 //! `ProxyError`: it is data, passed through to the client unchanged.
+//!
+//! What a client sent comes back in these answers only in small amounts, so that no answer is
+//! much larger than snowgate's own words (a 429 or a -32600 is cheap to provoke, and Go's escaping
+//! makes six bytes of each `<`): a name or header quoted in a message is cut at [`MAX_ECHO`]
+//! bytes ([`Echo`]); the `data` of a -32700 / -32600 and the id are bounded where the envelope is
+//! read (`crate::http::decode`). A node quotes them whole; real clients send names far shorter.
 
 use http::{header, HeaderValue, StatusCode};
 
 use crate::body::Chunks;
+
+/// The most bytes of a client's text (a method name, a media type, a key) a message quotes;
+/// the longest method name a node serves has 27.
+pub const MAX_ECHO: usize = 64;
+
+/// A client's text as a message quotes it: its first [`MAX_ECHO`] bytes (cut at a character
+/// boundary), then `…` and its length when it was longer.
+pub struct Echo<'a> {
+    text: &'a str,
+    quoted: bool,
+}
+
+impl<'a> Echo<'a> {
+    /// Quoted, as `{:?}` writes it.
+    pub fn quoted(text: &'a str) -> Echo<'a> {
+        Echo { text, quoted: true }
+    }
+
+    /// As it is.
+    pub fn plain(text: &'a str) -> Echo<'a> {
+        Echo {
+            text,
+            quoted: false,
+        }
+    }
+}
+
+impl std::fmt::Display for Echo<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut cut = self.text.len().min(MAX_ECHO);
+        while !self.text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let shown = &self.text[..cut];
+        if self.quoted {
+            write!(f, "{shown:?}")?;
+        } else {
+            f.write_str(shown)?;
+        }
+        if cut < self.text.len() {
+            write!(f, "… ({} bytes)", self.text.len())?;
+        }
+        Ok(())
+    }
+}
 
 /// Who caused a failure: it picks the log level of a failed call (a client's fault at debug, so
 /// that hostile clients cannot flood the log; a node's or snowgate's at warn).
@@ -47,7 +98,7 @@ pub enum ProxyError {
     #[error("404 page not found")]
     NotFound,
     /// An RPC path asked with a method other than POST.
-    #[error("rpc: POST method required, received {0}")]
+    #[error("rpc: POST method required, received {}", Echo::plain(.0.as_str()))]
     PostRequired(http::Method),
     /// One of snowgate's own endpoints asked with the wrong method.
     #[error("snowgate answers {allowed} {path}")]
@@ -56,7 +107,7 @@ pub enum ProxyError {
         path: &'static str,
     },
     /// A `Content-Type` other than `application/json` (the media type as sent, lossily).
-    #[error("rpc: unrecognized Content-Type: {0}")]
+    #[error("rpc: unrecognized Content-Type: {}", Echo::plain(.0))]
     UnsupportedMediaType(String),
     /// The client broke off its body, or sent a malformed one.
     #[error("bad request body")]
@@ -75,10 +126,10 @@ pub enum ProxyError {
     #[error("admin key required")]
     Unauthorized,
     /// `POST /snowgate/cache/purge?method=NAME` with a name not in the registry.
-    #[error("unknown method {0:?}")]
+    #[error("unknown method {}", Echo::quoted(.0))]
     UnknownPurgeMethod(String),
     /// `POST /snowgate/upstreams/NAME/cordon` (or `uncordon`) with a name no upstream has.
-    #[error("no upstream named {0:?}")]
+    #[error("no upstream named {}", Echo::quoted(.0))]
     NoSuchUpstream(String),
     /// The cache could not be purged.
     #[error("{0}")]
@@ -89,12 +140,18 @@ pub enum ProxyError {
     ReloadFailed(String),
 
     // The JSON-RPC envelope (`data` is the node's detail: the Go error the parser met).
-    /// Not JSON, as a node words it.
+    /// Not JSON, as a node words it; `data` is `None` when it would be too large to echo.
     #[error("{message}")]
-    Parse { message: String, data: String },
+    Parse {
+        message: String,
+        data: Option<String>,
+    },
     /// `jsonrpc` is not `"2.0"`.
     #[error("jsonrpc must be 2.0")]
-    InvalidVersion { data: String },
+    InvalidVersion { data: Option<String> },
+    /// An id longer than snowgate echoes (the bound in bytes): refused without being echoed.
+    #[error("invalid request: id longer than {0} bytes")]
+    IdTooLong(usize),
     /// A batch element that is not a request (JSON-RPC 2.0 words, inside a batch only).
     #[error("invalid request: {0}")]
     NotARequest(String),
@@ -122,23 +179,23 @@ pub enum ProxyError {
 
     // The call.
     /// The method is not in the registry.
-    #[error("method {method:?} is not served by this gateway")]
+    #[error("method {} is not served by this gateway", Echo::quoted(.method))]
     UnknownMethod { method: String },
     /// The method exists but not at the path it was sent to.
-    #[error("method {method:?} is not served at {path} (use {expected})")]
+    #[error("method {} is not served at {path} (use {expected})", Echo::quoted(.method))]
     WrongPath {
         method: String,
         path: &'static str,
         expected: &'static str,
     },
     /// The caller may not call this method.
-    #[error("method {method:?} is not available: {reason}")]
+    #[error("method {} is not available: {reason}", Echo::quoted(.method))]
     Refused {
         method: String,
         reason: &'static str,
     },
     /// `X-Snowgate-Upstream` names no configured upstream.
-    #[error("unknown upstream {0:?} in X-Snowgate-Upstream")]
+    #[error("unknown upstream {} in X-Snowgate-Upstream", Echo::quoted(.0))]
     UnknownUpstream(String),
     /// The client is over its quota.
     #[error("rate limit exceeded: retry after {retry_after_secs}s")]
@@ -188,6 +245,7 @@ impl ProxyError {
             Parse { .. } => -32700,
             UnknownMethod { .. } | WrongPath { .. } | Refused { .. } => -32601,
             InvalidVersion { .. }
+            | IdTooLong(_)
             | NotARequest(_)
             | TooDeep(_)
             | EmptyBatch
@@ -222,6 +280,7 @@ impl ProxyError {
             ReloadFailed(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Parse { .. }
             | InvalidVersion { .. }
+            | IdTooLong(_)
             | NotARequest(_)
             | TooDeep(_)
             | EmptyBatch
@@ -279,6 +338,7 @@ impl ProxyError {
             }
             Parse { .. } => call("parse_error"),
             InvalidVersion { .. }
+            | IdTooLong(_)
             | NotARequest(_)
             | TooDeep(_)
             | EmptyBatch
@@ -317,7 +377,7 @@ impl ProxyError {
     /// The node's `data` detail of an envelope error (JSON: the envelope as the node read it).
     fn data(&self) -> Option<&str> {
         match self {
-            ProxyError::Parse { data, .. } | ProxyError::InvalidVersion { data } => Some(data),
+            ProxyError::Parse { data, .. } | ProxyError::InvalidVersion { data } => data.as_deref(),
             _ => None,
         }
     }
@@ -417,9 +477,10 @@ mod tests {
             ReloadFailed("why".into()),
             Parse {
                 message: "EOF".into(),
-                data: "{}".into(),
+                data: Some("{}".into()),
             },
-            InvalidVersion { data: "{}".into() },
+            InvalidVersion { data: None },
+            IdTooLong(256),
             NotARequest("7".into()),
             TooDeep(32),
             EmptyBatch,
@@ -480,6 +541,7 @@ mod tests {
                 | ReloadFailed(_)
                 | Parse { .. }
                 | InvalidVersion { .. }
+                | IdTooLong(_)
                 | NotARequest(_)
                 | TooDeep(_)
                 | EmptyBatch
@@ -596,6 +658,28 @@ mod tests {
         assert_eq!(limited.headers()[header::RETRY_AFTER], "3");
         let timeout = ProxyError::BodyTimeout(std::time::Duration::from_secs(1)).response(None);
         assert_eq!(timeout.headers()[header::CONNECTION], "close");
+    }
+
+    #[test]
+    fn client_text_is_quoted_short() {
+        let e = ProxyError::UnknownMethod {
+            method: "platform.nope".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "method \"platform.nope\" is not served by this gateway"
+        );
+        let long = "é".repeat(100);
+        let e = ProxyError::UnknownMethod {
+            method: long.clone(),
+        };
+        let shown = format!("\"{}\"… (200 bytes)", "é".repeat(32));
+        assert_eq!(
+            e.to_string(),
+            format!("method {shown} is not served by this gateway")
+        );
+        let e = ProxyError::UnsupportedMediaType("x".repeat(1000));
+        assert!(e.to_string().len() < 120, "{e}");
     }
 
     #[test]

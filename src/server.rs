@@ -11,8 +11,12 @@
 //!   closed gracefully.
 //!
 //! * `send_timeout`: an answer the client has not taken within it (its socket stays full, or its
-//!   HTTP/2 window stays shut) ends the connection, so a client that stops reading cannot pin
-//!   memory or a connection slot;
+//!   HTTP/2 window stays shut, even at one byte: see [`Tracked`]) ends the connection, so a client
+//!   that stops reading cannot pin memory or a connection slot; and a connection closing
+//!   gracefully (idle, drained, shut down) is dropped once it has had nothing in flight for
+//!   `send_timeout`, and at the latest `body_timeout + request_deadline + send_timeout` after the
+//!   close began, whatever its client does (an HTTP/2 client that never acknowledges the PING
+//!   sent with the GOAWAY would otherwise hold the close for ever);
 //! * `max_connections_per_ip`: past it, a new connection from that address (an IPv4 address or an
 //!   IPv6 /64) is answered 503 and closed; trusted proxies are exempt;
 //! * HTTP/2: at most [`H2_MAX_STREAMS`] concurrent streams, windows of [`H2_STREAM_WINDOW`] per
@@ -38,6 +42,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use bytes::Bytes;
 use futures_util::task::AtomicWaker;
 use http::header;
 use http::{Request, Response};
@@ -76,6 +81,9 @@ struct Activity {
     http2: AtomicBool,
     /// [`OPEN`], [`CLOSE`] (finish the answers in flight, then close) or [`ABORT`] (drop it now).
     state: AtomicU8,
+    /// Milliseconds from `started` to the first ask to close (zero: never asked): where the
+    /// graceful close's deadlines count from (see [`watchdog`]).
+    closing_ms: AtomicU64,
     /// The connection task, woken when `state` changes.
     waker: AtomicWaker,
     /// Answer bodies made and not yet taken by hyper, oldest first.
@@ -102,6 +110,7 @@ impl Activity {
             requests: AtomicU64::new(0),
             http2: AtomicBool::new(false),
             state: AtomicU8::new(OPEN),
+            closing_ms: AtomicU64::new(0),
             waker: AtomicWaker::new(),
             answers: parking_lot::Mutex::new(Outstanding::default()),
             write_blocked_ms: AtomicU64::new(0),
@@ -121,12 +130,39 @@ impl Activity {
         Duration::from_millis(self.now_ms().saturating_sub(last))
     }
 
-    /// Asks the connection task to close gracefully.
+    /// Asks the connection task to close gracefully. The first ask starts the close's clock
+    /// (later ones, such as one `Connection: close` answer after another, do not move it).
     fn close(&self) {
+        // Set before the state, so the watchdog never sees a close without its start.
+        let _ = self.closing_ms.compare_exchange(
+            0,
+            self.now_ms().max(1),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
         let _ = self
             .state
             .compare_exchange(OPEN, CLOSE, Ordering::AcqRel, Ordering::Acquire);
         self.waker.wake();
+    }
+
+    /// `None` while the connection is open; once it is closing, (how long it has lingered with
+    /// nothing to wait for, how long it has been closing). Lingering counts from the close or
+    /// the end of the last request, whichever is later, and is zero while a request is in flight
+    /// (its answer is worth waiting for); what remains then is the client's part (taking the last
+    /// answers, acknowledging the GOAWAY's PING).
+    fn closing_for(&self) -> Option<(Duration, Duration)> {
+        if self.state.load(Ordering::Acquire) < CLOSE {
+            return None;
+        }
+        let now = self.now_ms();
+        let began = self.closing_ms.load(Ordering::Acquire);
+        let closing = Duration::from_millis(now.saturating_sub(began));
+        if self.in_flight.load(Ordering::Relaxed) > 0 {
+            return Some((Duration::ZERO, closing));
+        }
+        let since = began.max(self.last_ms.load(Ordering::Relaxed));
+        Some((Duration::from_millis(now.saturating_sub(since)), closing))
     }
 
     /// Asks the connection task to drop the connection now, answers unsent or not.
@@ -165,6 +201,26 @@ impl Activity {
         since.map_or(Duration::ZERO, |s| {
             Duration::from_millis(now.saturating_sub(s))
         })
+    }
+}
+
+/// One request in flight on its connection: counted from the service call until its answer is
+/// made, or until hyper drops the request (its HTTP/2 stream was reset, the client went away),
+/// so that no way out of a request can leave the connection looking busy, and so never idle.
+struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    fn start(activity: Arc<Activity>) -> InFlight {
+        activity.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(activity)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        // The end first: the watchdog reads it once nothing is in flight.
+        self.0.last_ms.store(self.0.now_ms(), Ordering::Relaxed);
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -268,20 +324,45 @@ impl AsyncWrite for WatchedIo {
     }
 }
 
-/// An answer body that counts itself outstanding on its connection until hyper has taken its last
-/// byte (or dropped it), for `send_timeout`.
-pub struct Tracked<B> {
+/// An answer body that counts itself outstanding on its connection until its last byte has left
+/// (or hyper dropped it), for `send_timeout`.
+///
+/// Over HTTP/1.1 that is when hyper asks past its end: hyper writes a chunk to the socket before
+/// it asks for the next, and a socket that refuses writes is watched by [`WatchedIo`].
+///
+/// Over HTTP/2 hyper hands each chunk to h2's buffer for the stream as soon as the stream has a
+/// single byte of window (hyper's `PipeToSendStream` waits only while h2's `capacity()` is zero),
+/// and is done with a body once its last chunk is handed over: a client that grants one byte and
+/// never more would have its whole answer counted as taken while it sits in h2's buffer, where no
+/// timeout reaches it. So the answer's last byte is held back and handed over as a chunk of its
+/// own: hyper hands it over only once the stream has window for everything buffered before it
+/// plus that byte (h2's `capacity()` is the stream's window minus what it buffers), and only
+/// then drops the body. Taken, over HTTP/2, means every byte but the last has window to leave;
+/// the cost is one more poll and one more DATA frame (ten bytes) per answer.
+pub struct Tracked<B: http_body::Body> {
     inner: B,
     /// The connection and this answer's sequence number there, until it is taken.
     activity: Option<(Arc<Activity>, u64)>,
+    /// Over HTTP/2: hold back the last byte (see above).
+    hold_last: bool,
+    /// A frame read from `inner` ahead of time, to learn whether the one before it was the last.
+    ahead: Option<Result<http_body::Frame<Bytes>, B::Error>>,
+    /// The answer's last byte, held back until its other bytes have been handed over.
+    last: Option<Bytes>,
+    /// `inner` has no more frames (it said so, or returned `None`).
+    ended: bool,
 }
 
-impl<B> Tracked<B> {
-    fn new(inner: B, activity: Arc<Activity>) -> Tracked<B> {
+impl<B: http_body::Body> Tracked<B> {
+    fn new(inner: B, activity: Arc<Activity>, http2: bool) -> Tracked<B> {
         let seq = activity.answers.lock().begin(activity.now_ms());
         Tracked {
             inner,
             activity: Some((activity, seq)),
+            hold_last: http2,
+            ahead: None,
+            last: None,
+            ended: false,
         }
     }
 
@@ -290,25 +371,92 @@ impl<B> Tracked<B> {
             a.answers.lock().end(seq);
         }
     }
+
+    /// The bytes read from `inner` and not yet handed over.
+    fn held(&self) -> u64 {
+        let ahead = match &self.ahead {
+            Some(Ok(frame)) => frame.data_ref().map_or(0, Bytes::len),
+            _ => 0,
+        };
+        (ahead + self.last.as_ref().map_or(0, Bytes::len)) as u64
+    }
 }
 
-impl<B> Drop for Tracked<B> {
+impl<B: http_body::Body> Drop for Tracked<B> {
     fn drop(&mut self) {
         self.done();
     }
 }
 
-impl<B: http_body::Body + Unpin> http_body::Body for Tracked<B> {
-    type Data = B::Data;
+impl<B: http_body::Body<Data = Bytes, Error: Unpin> + Unpin> Tracked<B> {
+    /// The HTTP/2 side of [`http_body::Body::poll_frame`]: the answer's frames, its last byte in a
+    /// frame of its own.
+    fn poll_holding_last(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, B::Error>>> {
+        if let Some(last) = self.last.take() {
+            return Poll::Ready(Some(Ok(http_body::Frame::data(last))));
+        }
+        let frame = match self.ahead.take() {
+            Some(frame) => frame,
+            None if self.ended => {
+                self.done();
+                return Poll::Ready(None);
+            }
+            None => match std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
+                Some(frame) => frame,
+                None => {
+                    self.ended = true;
+                    self.done();
+                    return Poll::Ready(None);
+                }
+            },
+        };
+        let mut data = match frame.map(http_body::Frame::into_data) {
+            Ok(Ok(data)) => data,
+            Ok(Err(trailers)) => return Poll::Ready(Some(Ok(trailers))),
+            Err(e) => return Poll::Ready(Some(Err(e))),
+        };
+        // Is this the last chunk? The body says so, or the next poll does (gzip's body only says
+        // so by returning `None`). snowgate's bodies are never pending; one that is has its
+        // chunk handed over whole.
+        if !self.ended && !self.inner.is_end_stream() {
+            match Pin::new(&mut self.inner).poll_frame(cx) {
+                Poll::Ready(Some(next)) => self.ahead = Some(next),
+                Poll::Ready(None) => self.ended = true,
+                Poll::Pending => {}
+            }
+        } else {
+            self.ended = true;
+        }
+        if self.ended && data.len() > 1 {
+            let end = data.len() - 1;
+            self.last = Some(if data[end] == b'\n' {
+                // Every JSON-RPC answer ends so: no split of a shared buffer to count.
+                data.truncate(end);
+                Bytes::from_static(b"\n")
+            } else {
+                data.split_off(end)
+            });
+        }
+        Poll::Ready(Some(Ok(http_body::Frame::data(data))))
+    }
+}
+
+impl<B: http_body::Body<Data = Bytes, Error: Unpin> + Unpin> http_body::Body for Tracked<B> {
+    type Data = Bytes;
     type Error = B::Error;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, B::Error>>> {
+        if self.hold_last {
+            return self.poll_holding_last(cx);
+        }
         let poll = Pin::new(&mut self.inner).poll_frame(cx);
-        // Taken only when hyper asks past the end or drops the body: hyper's HTTP/2 side polls
-        // the last chunk before it has window to send it, and holds it until it has.
+        // Taken only when hyper asks past the end or drops the body.
         if let Poll::Ready(None) = &poll {
             self.done();
         }
@@ -316,11 +464,24 @@ impl<B: http_body::Body + Unpin> http_body::Body for Tracked<B> {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        if !self.hold_last {
+            return self.inner.is_end_stream();
+        }
+        self.last.is_none() && self.ahead.is_none() && (self.ended || self.inner.is_end_stream())
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
+        let inner = self.inner.size_hint();
+        let held = self.held();
+        if held == 0 {
+            return inner;
+        }
+        let mut hint = http_body::SizeHint::new();
+        hint.set_lower(inner.lower() + held);
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper + held);
+        }
+        hint
     }
 }
 
@@ -435,7 +596,15 @@ impl Drop for IpSlot {
 ///   for its next request, as hyper's own header-read timer would do;
 /// * or the server is shutting down;
 ///
-/// and drops it at once when it has held answers the client does not take for `send`.
+/// and drops it at once when
+/// * it has held answers the client does not take for `send`;
+/// * or it has been closing gracefully (asked here, by an answer, or by the shutdown) with
+///   nothing in flight for `send`: a graceful close waits on the client (its last answers taken,
+///   and over HTTP/2 the PING sent with the GOAWAY acknowledged), and a client that never does
+///   must not keep the connection;
+/// * or it has been closing for `close_cap` whatever its streams do: the longest a request that
+///   began just before the close may take (its body, its call, its answer taken). An HTTP/2
+///   client that never acknowledges the PING may go on opening streams; they do not keep it.
 ///
 /// It sleeps until the earliest deadline and looks again, so a busy connection costs it one
 /// wake per `header` period (a quarter of `send` at most), and the request path arms no timer.
@@ -445,7 +614,10 @@ async fn watchdog(
     header: Duration,
     idle: Duration,
     send: Duration,
+    close_cap: Duration,
 ) {
+    // Once the server is closing (or gone), `closing` is not watched any more.
+    let mut server_closing = false;
     loop {
         let stalled = activity.stalled_for();
         if stalled >= send {
@@ -453,39 +625,47 @@ async fn watchdog(
             activity.abort();
             return;
         }
-        let limit = if activity.http2.load(Ordering::Relaxed) {
-            idle
-        } else {
-            idle.min(header)
-        };
-        let idle_for = activity.idle_for();
-        if idle_for >= limit {
-            tracing::debug!(idle = ?idle_for, "closing idle connection");
-            break;
+        let mut wait = (send - stalled).min(send / 4);
+        match activity.closing_for() {
+            Some((lingering, closing)) if lingering >= send || closing >= close_cap => {
+                tracing::debug!(lingering = ?lingering, closing = ?closing, "closing a connection whose graceful close did not end");
+                activity.abort();
+                return;
+            }
+            Some((lingering, closing)) => {
+                wait = wait.min(send - lingering).min(close_cap - closing);
+            }
+            None => {
+                let limit = if activity.http2.load(Ordering::Relaxed) {
+                    idle
+                } else {
+                    idle.min(header)
+                };
+                let idle_for = activity.idle_for();
+                if idle_for >= limit || server_closing {
+                    if !server_closing {
+                        tracing::debug!(idle = ?idle_for, "closing idle connection");
+                    }
+                    activity.close();
+                    continue;
+                }
+                // While a request runs, the deadline is at least `limit` after it ends.
+                wait = wait.min(limit - idle_for);
+            }
         }
-        // While a request runs, the deadline is at least `limit` after it ends.
-        let wait = (limit - idle_for)
-            .min(send - stalled)
-            .min(send / 4)
-            .max(Duration::from_millis(1));
+        let wait = wait.max(Duration::from_millis(1));
+        if server_closing {
+            tokio::time::sleep(wait).await;
+            continue;
+        }
         tokio::select! {
             changed = closing.changed() => {
-                // The server is closing (or gone): stop watching either way.
+                // The server is closing (or gone): close this connection either way.
                 let _ = changed;
-                break;
+                server_closing = true;
             }
             () = tokio::time::sleep(wait) => {}
         }
-    }
-    activity.close();
-    // A graceful close waits for the answers in flight: keep cutting one the client does not take.
-    loop {
-        let stalled = activity.stalled_for();
-        if stalled >= send {
-            activity.abort();
-            return;
-        }
-        tokio::time::sleep((send - stalled).max(Duration::from_millis(1))).await;
     }
 }
 
@@ -593,6 +773,7 @@ pub async fn run(
             limits.header_timeout,
             limits.idle_timeout,
             limits.send_timeout,
+            limits.body_timeout + limits.request_deadline + limits.send_timeout,
         ));
         // The connection task holds a receiver too, so the drain below waits for it.
         let closing = closing_rx.clone();
@@ -661,18 +842,18 @@ fn connection_service(
        + 'static {
     tower::service_fn(move |req: Request<Incoming>| {
         let activity = activity.clone();
-        activity.in_flight.fetch_add(1, Ordering::Relaxed);
+        let in_flight = InFlight::start(activity.clone());
         activity.requests.fetch_add(1, Ordering::Relaxed);
+        let http2 = req.version() == http::Version::HTTP_2;
         // A load first: the swap (a write) happens once per connection, not per request.
-        if req.version() == http::Version::HTTP_2 && !activity.http2.load(Ordering::Relaxed) {
+        if http2 && !activity.http2.load(Ordering::Relaxed) {
             OpenConnection::saw_http2(&activity);
         }
         // The stack in force now: a reload reaches kept-alive connections at their next request.
         let answer = stacks.load().http::<Incoming>(conn.clone()).oneshot(req);
         async move {
             let mut response = answer.await.unwrap_or_else(|never| match never {});
-            activity.last_ms.store(activity.now_ms(), Ordering::Relaxed);
-            activity.in_flight.fetch_sub(1, Ordering::Relaxed);
+            drop(in_flight);
             if response
                 .headers()
                 .get(header::CONNECTION)
@@ -686,7 +867,7 @@ fn connection_service(
                 }
                 activity.close();
             }
-            Ok::<_, Infallible>(response.map(|body| Tracked::new(body, activity)))
+            Ok::<_, Infallible>(response.map(|body| Tracked::new(body, activity, http2)))
         }
     })
 }
@@ -694,6 +875,112 @@ fn connection_service(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http_body::Body as _;
+    use http_body_util::BodyExt;
+
+    fn activity() -> Arc<Activity> {
+        Arc::new(Activity::new(OpenGauges::new(
+            &crate::metrics::Metrics::new(),
+        )))
+    }
+
+    /// Each frame of `body` with whether the body said it was the last, until it ends.
+    async fn frames<B>(body: &mut Tracked<B>) -> Vec<(Bytes, bool)>
+    where
+        B: http_body::Body<Data = Bytes, Error: Unpin + std::fmt::Debug> + Unpin,
+    {
+        let mut out = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let data = frame
+                .ok()
+                .and_then(|f| f.into_data().ok())
+                .unwrap_or_default();
+            out.push((data, body.is_end_stream()));
+            if body.is_end_stream() {
+                break;
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn over_http2_an_answer_is_taken_only_after_its_last_byte_went_alone() {
+        let a = activity();
+        let chunks = crate::body::Chunks::many([
+            Bytes::from_static(b"{\"a\":"),
+            Bytes::from_static(b"1}\n"),
+        ]);
+        let mut body = Tracked::new(chunks, a.clone(), true);
+        assert_eq!(body.size_hint().exact(), Some(8));
+        let got = frames(&mut body).await;
+        let expected = [(&b"{\"a\":"[..], false), (b"1}", false), (b"\n", true)];
+        assert_eq!(got.len(), expected.len());
+        for ((data, end), (want, want_end)) in got.iter().zip(expected) {
+            assert_eq!((&data[..], *end), (want, want_end));
+        }
+        // hyper drops the body once it has sent the last frame: until then it is outstanding.
+        assert!(a.answers.lock().oldest().is_some());
+        drop(body);
+        assert_eq!(a.answers.lock().oldest(), None);
+
+        // A body that tells its end only by ending (gzip's): found by reading one frame ahead.
+        let stream = futures_util::stream::iter([
+            Ok::<_, Infallible>(http_body::Frame::data(Bytes::from_static(b"ab"))),
+            Ok(http_body::Frame::data(Bytes::from_static(b"cd"))),
+        ]);
+        let mut body = Tracked::new(http_body_util::StreamBody::new(stream), a.clone(), true);
+        let got: Vec<_> = frames(&mut body).await;
+        let got: Vec<_> = got.iter().map(|(d, end)| (&d[..], *end)).collect();
+        assert_eq!(got, [(&b"ab"[..], false), (b"c", false), (b"d", true)]);
+    }
+
+    /// Runs a watchdog (idle and header timeouts far away) until it aborts its connection, for at
+    /// most `limit`; whether it did.
+    async fn aborted_within(
+        a: &Arc<Activity>,
+        send: Duration,
+        cap: Duration,
+        limit: Duration,
+    ) -> bool {
+        let (_tx, rx) = watch::channel(false);
+        let hour = Duration::from_secs(3600);
+        let dog = tokio::spawn(watchdog(a.clone(), rx, hour, hour, send, cap));
+        let done = tokio::time::timeout(limit, dog).await.is_ok();
+        done && a.state.load(Ordering::Acquire) == ABORT
+    }
+
+    #[tokio::test]
+    async fn a_graceful_close_ends_at_its_cap_whatever_is_in_flight() {
+        let ms = Duration::from_millis;
+        // Nothing in flight: cut `send` after the close.
+        let a = activity();
+        a.close();
+        assert!(aborted_within(&a, ms(50), Duration::from_secs(3600), ms(5000)).await);
+        // A request in flight for ever (a client opening stream after stream): cut at the cap.
+        let a = activity();
+        let busy = InFlight::start(a.clone());
+        a.close();
+        assert!(aborted_within(&a, ms(50), ms(200), ms(5000)).await);
+        drop(busy);
+        // An open connection with a request in flight is left alone.
+        let a = activity();
+        let _busy = InFlight::start(a.clone());
+        assert!(!aborted_within(&a, ms(50), ms(100), ms(500)).await);
+    }
+
+    #[tokio::test]
+    async fn over_http1_an_answer_goes_as_it_is() {
+        let a = activity();
+        let mut body = Tracked::new(crate::body::Chunks::from("abc"), a.clone(), false);
+        let got = frames(&mut body).await;
+        assert_eq!(got, [(Bytes::from_static(b"abc"), true)]);
+        assert!(
+            a.answers.lock().oldest().is_some(),
+            "taken when hyper asks past the end"
+        );
+        assert!(body.frame().await.is_none());
+        assert_eq!(a.answers.lock().oldest(), None);
+    }
 
     #[test]
     fn outstanding_answers_keep_the_oldest_start_in_any_end_order() {

@@ -604,19 +604,22 @@ fn now_rfc3339() -> String {
 /// which a node always includes); `result` makes the method's result. `None` for a notification.
 fn health_call(body: &[u8], result: impl FnOnce(Probe) -> Vec<u8>) -> Option<Vec<u8>> {
     let decoded = rpc::decode(body);
+    // Echoed only while small, as on the RPC paths (`super::decode`).
+    if let Some(e) = super::decode::id_too_long(&decoded) {
+        return Some(e.body(None));
+    }
     let id = decoded.envelope.id.as_deref();
+    let data = || decoded.error_data_within(super::decode::MAX_ERROR_DATA);
     match decoded.verdict() {
         Verdict::ParseError(message) => {
             let e = ProxyError::Parse {
                 message,
-                data: decoded.error_data(),
+                data: data(),
             };
             return Some(e.body(id));
         }
         Verdict::InvalidVersion => {
-            let e = ProxyError::InvalidVersion {
-                data: decoded.error_data(),
-            };
+            let e = ProxyError::InvalidVersion { data: data() };
             return id.map(|id| e.body(Some(id)));
         }
         Verdict::Call => {}

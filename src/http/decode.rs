@@ -6,6 +6,18 @@
 //! node. Refused calls cost their caller `rate_limit.refused_cost`: reading them was work too,
 //! and a client must not be able to send unlimited garbage. The per-call rate limit layer below
 //! never sees them, so this layer charges them itself.
+//!
+//! What a client sent is echoed back only while it is small, because every answer snowgate makes
+//! itself (a cache hit, a 429, a -32600) is cheap to provoke and is held until the client takes
+//! it: an echo without a bound let one request of a 1 MiB id of `<` make a 6 MiB answer (Go's
+//! escaping writes `\u003c`). So:
+//! * an id longer than [`MAX_ID_BYTES`] (its raw bytes, as sent) is refused with a short -32600
+//!   (`invalid request: id longer than 256 bytes`, `"id":null`, nothing echoed) and never reaches
+//!   a node; in a batch, that element alone. A node echoes any id: this costs the clients whose
+//!   ids are longer, and real ones send numbers, short strings and UUIDs;
+//! * the `data` of a -32700 / -32600 (the envelope as a node decoded it, params included) is kept
+//!   byte for byte up to [`MAX_ERROR_DATA`] bytes and is `null` beyond, where a node echoes it
+//!   whole. The message and the code are the node's either way.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -31,6 +43,19 @@ use crate::ratelimit::Limiter;
 
 /// What a node may receive beyond `limits.body_bytes`: the envelope around the re-encoded params.
 const UPSTREAM_ENVELOPE: usize = 1024;
+
+/// The longest id snowgate takes, in raw bytes as sent (whitespace included): a UUID string is
+/// 38, a Go client's random int63 19. Longer ones are refused (see the module doc).
+pub const MAX_ID_BYTES: usize = 256;
+
+/// The longest `data` of a -32700 / -32600 snowgate echoes; longer is sent as `null`.
+pub const MAX_ERROR_DATA: usize = 1024;
+
+/// The error for an id over [`MAX_ID_BYTES`], if this envelope's is.
+pub(crate) fn id_too_long(decoded: &jsonrpc::Decoded) -> Option<ProxyError> {
+    let id = decoded.envelope.id.as_ref()?;
+    (id.len() > MAX_ID_BYTES).then_some(ProxyError::IdTooLong(MAX_ID_BYTES))
+}
 
 /// `X-Cache`: HIT, MISS or BYPASS. A constant: a name given as a string is parsed, and a custom
 /// one allocated, on every insert.
@@ -249,13 +274,20 @@ where
         in_batch: bool,
     ) -> Outcome {
         let decoded = jsonrpc::decode(raw);
+        if let Some(e) = id_too_long(&decoded) {
+            // Answered whatever else is wrong, and without the id.
+            if let Some(over) = self.charge_refused(caller, None) {
+                return over;
+            }
+            return self.refuse(e, None, caller, None);
+        }
         let id = decoded.envelope.id.as_deref();
         let registry = &self.shared.registry;
         let spec = match decoded.verdict() {
             Verdict::ParseError(msg) if in_batch => Err(ProxyError::NotARequest(msg)),
             Verdict::ParseError(message) => Err(ProxyError::Parse {
                 message,
-                data: decoded.error_data(),
+                data: decoded.error_data_within(MAX_ERROR_DATA),
             }),
             Verdict::InvalidVersion if id.is_none() && !in_batch => {
                 // A notification with a bad version: a node answers nothing, and so do we.
@@ -266,7 +298,7 @@ where
                 return Outcome::silent();
             }
             Verdict::InvalidVersion => Err(ProxyError::InvalidVersion {
-                data: decoded.error_data(),
+                data: decoded.error_data_within(MAX_ERROR_DATA),
             }),
             Verdict::Call => match (&decoded.ambiguity, registry.get(&decoded.envelope.method)) {
                 (Some(why), _) => Err(ProxyError::Ambiguous(why.clone())),
@@ -389,6 +421,7 @@ where
             e,
             ProxyError::Parse { .. }
                 | ProxyError::InvalidVersion { .. }
+                | ProxyError::IdTooLong(_)
                 | ProxyError::NotARequest(_)
         );
         if id.is_none() && e.status() == StatusCode::OK && !envelope {

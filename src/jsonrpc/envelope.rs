@@ -10,7 +10,10 @@
 //! could disagree about the request (two keys that fold to the same name), so the gateway can refuse
 //! such an envelope instead of guessing.
 
-use super::gojson::{compact, fold_eq, write_go_string, FoldSet, Json, SyntaxError, Top};
+use super::gojson::{
+    compact, fold_eq, plain_string_len, write_go_string, FoldSet, Json, SyntaxError, Top,
+};
+use crate::error::Echo;
 
 /// The top-level members of a decoded request, as a node sees them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -60,6 +63,22 @@ impl Decoded {
             return Verdict::InvalidVersion;
         }
         Verdict::Call
+    }
+
+    /// [`Decoded::error_data`] when it is at most `max` bytes, else `None`: for a gateway that
+    /// echoes a node's detail only while it is small. A large envelope is measured without
+    /// being written (its text is at least the length of its plain encoding).
+    pub fn error_data_within(&self, max: usize) -> Option<String> {
+        const FRAME: usize = r#"{"jsonrpc":,"method":,"params":,"id":}"#.len();
+        let env = &self.envelope;
+        let at_least = FRAME
+            + plain_string_len(&env.version)
+            + plain_string_len(&env.method)
+            + env.params.as_ref().map_or(4, Json::plain_len);
+        if at_least > max {
+            return None;
+        }
+        Some(self.error_data()).filter(|data| data.len() <= max)
     }
 
     /// The `data` member of a -32700 / -32600 error: the envelope as Go re-encodes it.
@@ -140,7 +159,10 @@ pub fn decode(body: &[u8]) -> Decoded {
             None => !others.insert(key),
         };
         if duplicate {
-            out.ambiguity = Some(format!("duplicate member {key:?} in the request object"));
+            out.ambiguity = Some(format!(
+                "duplicate member {} in the request object",
+                Echo::quoted(key)
+            ));
             break;
         }
     }
@@ -229,7 +251,7 @@ fn params_ambiguity(value: &Json) -> Option<String> {
             let mut seen = FoldSet::for_members(members.len());
             for (k, v) in members {
                 if !seen.insert(k) {
-                    return Some(format!("duplicate member {k:?} in params"));
+                    return Some(format!("duplicate member {} in params", Echo::quoted(k)));
                 }
                 if let Some(why) = params_ambiguity(v) {
                     return Some(why);
@@ -373,6 +395,21 @@ mod tests {
             d.error_data(),
             r#"{"jsonrpc":"","method":"platform.getHeight","params":null,"id":7}"#
         );
+    }
+
+    #[test]
+    fn error_data_is_kept_only_while_small() {
+        let d = decode(br#"{"jsonrpc":2.0,"id":7,"method":"a.b","params":{"x":"<"}}"#);
+        let full = d.error_data();
+        assert_eq!(
+            full,
+            r#"{"jsonrpc":"","method":"a.b","params":{"x":"\u003c"},"id":7}"#
+        );
+        assert_eq!(d.error_data_within(full.len()), Some(full.clone()));
+        // Over by the escapes alone, or by the plain text already.
+        assert_eq!(d.error_data_within(full.len() - 1), None);
+        let big = format!(r#"{{"jsonrpc":2.0,"params":["{}"]}}"#, "a".repeat(2000));
+        assert_eq!(decode(big.as_bytes()).error_data_within(1024), None);
     }
 
     #[test]
