@@ -41,9 +41,6 @@ use crate::methods::{Family, MethodSpec, Registry};
 use crate::metrics::CounterTable;
 use crate::ratelimit::Limiter;
 
-/// What a node may receive beyond `limits.body_bytes`: the envelope around the re-encoded params.
-const UPSTREAM_ENVELOPE: usize = 1024;
-
 /// The longest id snowgate takes, in raw bytes as sent (whitespace included): a UUID string is
 /// 38, a Go client's random int63 19. Longer ones are refused (see the module doc).
 pub const MAX_ID_BYTES: usize = 256;
@@ -330,13 +327,12 @@ where
             route_min_height: None,
         };
         // What a node receives is re-encoded, never longer than the client's own bytes except
-        // for invalid UTF-8 (each stray byte is the three bytes of U+FFFD, as Go reads it): a call
-        // whose re-encoding would pass the body limit is refused. Only a body that could triple
-        // past the limit is measured.
+        // for invalid UTF-8 (each stray byte is the three bytes of U+FFFD, as Go reads it) and
+        // snowgate's own id: a call whose re-encoding would pass the body limit is refused here,
+        // at `refused_cost`, by the rule the pool enforces for every call it sends (batch
+        // elements included). Only a body that could triple past the limit is measured.
         let limit = self.shared.limits.body_bytes;
-        if raw.len().saturating_mul(3) > limit
-            && call.upstream_len(u64::MAX) > limit + UPSTREAM_ENVELOPE
-        {
+        if raw.len().saturating_mul(3) > limit && call.upstream_len(u64::MAX) > limit {
             let _ = self.charge_refused(caller, None);
             let e = ProxyError::TooLargeForNode(limit);
             return self.refuse(e, Some(&call.spec), caller, call.id.as_deref());
