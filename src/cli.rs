@@ -155,11 +155,6 @@ pub(crate) async fn serve_until_stopped(gateway: Gateway) {
 
 /// `snowgate serve`.
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    tracing::info!(
-        version = crate::metrics::VERSION,
-        commit = crate::metrics::GIT_COMMIT,
-        "snowgate starting"
-    );
     // Until the gateway runs, a hangup must not kill the process either.
     let hangups = handle_hangups();
     let gateway = match args.config.clone() {

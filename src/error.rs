@@ -7,57 +7,14 @@
 //! What a client sent comes back in these answers only in small amounts, so that no answer is
 //! much larger than snowgate's own words (a 429 or a -32600 is cheap to provoke, and Go's escaping
 //! makes six bytes of each `<`): a name or header quoted in a message is cut at [`MAX_ECHO`]
-//! bytes ([`Echo`]); the `data` of a -32700 / -32600 and the id are bounded where the envelope is
+//! bytes ([`Echo`], kept with the wire it bounds in `crate::jsonrpc`); the `data` of a -32700 / -32600 and the id are bounded where the envelope is
 //! read (`crate::http::decode`). A node quotes them whole; real clients send names far shorter.
 
 use http::{header, HeaderValue, StatusCode};
 
 use crate::body::Chunks;
 
-/// The most bytes of a client's text (a method name, a media type, a key) a message quotes;
-/// the longest method name a node serves has 27.
-pub const MAX_ECHO: usize = 64;
-
-/// A client's text as a message quotes it: its first [`MAX_ECHO`] bytes (cut at a character
-/// boundary), then `…` and its length when it was longer.
-pub struct Echo<'a> {
-    text: &'a str,
-    quoted: bool,
-}
-
-impl<'a> Echo<'a> {
-    /// Quoted, as `{:?}` writes it.
-    pub fn quoted(text: &'a str) -> Echo<'a> {
-        Echo { text, quoted: true }
-    }
-
-    /// As it is.
-    pub fn plain(text: &'a str) -> Echo<'a> {
-        Echo {
-            text,
-            quoted: false,
-        }
-    }
-}
-
-impl std::fmt::Display for Echo<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut cut = self.text.len().min(MAX_ECHO);
-        while !self.text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        let shown = &self.text[..cut];
-        if self.quoted {
-            write!(f, "{shown:?}")?;
-        } else {
-            f.write_str(shown)?;
-        }
-        if cut < self.text.len() {
-            write!(f, "… ({} bytes)", self.text.len())?;
-        }
-        Ok(())
-    }
-}
+pub use crate::jsonrpc::echo::{Echo, MAX_ECHO};
 
 /// Who caused a failure: it picks the log level of a failed call (a client's fault at debug, so
 /// that hostile clients cannot flood the log; a node's or snowgate's at warn).

@@ -9,7 +9,7 @@
 //! acknowledges a PING nor opens a window.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};

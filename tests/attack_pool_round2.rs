@@ -5,7 +5,7 @@
 //! echoes its own key, header and Basic credentials reaches no client and no log line.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -3,7 +3,7 @@
 //! or one that found a defect and holds since its fix.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;

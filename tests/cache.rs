@@ -3,7 +3,7 @@
 //! cold requests make one upstream call, and memory stays within `max_bytes`.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

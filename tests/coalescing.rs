@@ -3,7 +3,7 @@
 //! answer, without a second call to the node.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! out here; they are not taken from the devnode (which shares the gateway's code).
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@
 //! data" forever; this test fails instead.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};

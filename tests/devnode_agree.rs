@@ -4,7 +4,7 @@
 //! when it started: a node started later lagged for ever, and block IDs differed per node.)
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

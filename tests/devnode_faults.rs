@@ -2,7 +2,7 @@
 //! 127.0.0.1:0. Timing bounds are generous: these prove behaviour, not speed.
 #![allow(clippy::unwrap_used)]
 
-mod devnode_support;
+use crate::support::devnode as devnode_support;
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //! and a plain-HTTP client, get no answer at all.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

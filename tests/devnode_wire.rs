@@ -2,7 +2,7 @@
 //! against a node on 127.0.0.1:0.
 #![allow(clippy::unwrap_used)]
 
-mod devnode_support;
+use crate::support::devnode as devnode_support;
 
 use devnode_support::{
     call, client, is_bootstrapped_answer, post, raw, raw_post, raw_rpc, still_node, Raw,

@@ -4,7 +4,7 @@
 //! same cache and quota scenarios run against a Redis Cluster in `tests/fleet_cluster.rs`.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};

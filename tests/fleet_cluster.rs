@@ -3,7 +3,7 @@
 //! masters, as they do on one server (`tests/fleet.rs`).
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;

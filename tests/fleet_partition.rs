@@ -4,7 +4,7 @@
 //! probe, so sharing comes back within seconds instead of when TCP gives up (minutes).
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! refuse the certificate, say `"redis":"down"` and keep serving from their nodes.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

@@ -2,7 +2,7 @@
 //! unlock them and may pin a call to one named upstream.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! that a side-effecting call is sent twice only when its bytes never left.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

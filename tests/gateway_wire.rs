@@ -2,7 +2,7 @@
 //! the node's own error bodies for malformed envelopes; plus snowgate's error table.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! `/ext/health/readiness` and `/ext/health/liveness` answer any method as GET, as on a node.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -9,7 +9,7 @@
 //!   before the body is built, and read as Go reads it (one U+FFFD per byte).
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! answers. Each is bounded, and measured where memory is the point (the real binary's RSS).
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

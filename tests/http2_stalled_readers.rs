@@ -5,7 +5,7 @@
 //! an idle connection to close. Both tests failed on 741ebec: no stream ended within the bound.)
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

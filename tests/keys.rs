@@ -3,7 +3,7 @@
 //! wrong key sharing its prefix, or the key with a byte more or less, is refused like no key.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

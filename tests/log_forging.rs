@@ -2,7 +2,7 @@
 //! token, and every client-supplied value is logged quoted.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

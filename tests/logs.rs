@@ -1,7 +1,7 @@
 //! What snowgate writes to its log, read from the real binary's stderr.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use snowgate::devnode::{DevNode, DevNodeConfig};
 use support::{binary::Served, call, post};

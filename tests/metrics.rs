@@ -3,7 +3,7 @@
 //! against what a gateway exposes and what the code defines.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //! `snowgate_upstream_state_changes_total`.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! ids a node cannot predict; unsolicited bytes on a kept-alive connection.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -3,7 +3,7 @@
 //! CORS, gzip and request ids.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

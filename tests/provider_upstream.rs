@@ -4,7 +4,7 @@
 //! header value appear nowhere snowgate answers (`/ext/health`, `/metrics`, errors).
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -6,8 +6,8 @@
 //! to the proxy, while the proxy reaches the gateway from 127.0.0.1, the only trusted address.
 #![allow(clippy::unwrap_used)]
 
-mod proxy_support;
-mod support;
+use crate::support;
+use crate::support::proxy as proxy_support;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! Redis. The HTTP tests across gateway instances are `tests/fleet.rs`.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::net::IpAddr;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! invalid file changes nothing.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;

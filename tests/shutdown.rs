@@ -2,7 +2,7 @@
 //! flight complete, the listener closes and the process exits 0.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

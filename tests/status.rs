@@ -4,7 +4,7 @@
 //! The page itself is tested in a real browser (`tests/status_page.rs`).
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -12,7 +12,7 @@
 //! from the page stops taking calls (counted on the devnode) while the others serve.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::convert::Infallible;

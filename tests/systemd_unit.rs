@@ -9,7 +9,7 @@
 //! let a unit that systemd refuses or reads differently ship.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -3,7 +3,7 @@
 //! `/ext/health` and `/metrics` say so, with the version each node reports.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! traffic only while no primary can, and gives it back when a primary returns.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

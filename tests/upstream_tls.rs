@@ -7,7 +7,7 @@
 //! provider-style `https://user:pass@host/prefix` URL sends its path and Basic auth over TLS.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::io::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};

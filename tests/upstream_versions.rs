@@ -5,7 +5,7 @@
 //! height) and the ProposerVM path `POST /ext/bc/P/proposervm`.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -77,6 +77,11 @@ impl Live {
     ) -> anyhow::Result<Arc<Live>> {
         // First, so that the file's filter rules the start's own lines too.
         crate::logging::set_filter(config.log.filter.as_deref()).map_err(anyhow::Error::msg)?;
+        tracing::info!(
+            version = crate::metrics::VERSION,
+            commit = crate::metrics::GIT_COMMIT,
+            "snowgate starting"
+        );
         let core = Core::build(config, background.clone()).await?;
         let generation = Generation::build(config, &core, None, background.as_ref());
         Ok(Arc::new_cyclic(|me: &Weak<Live>| {

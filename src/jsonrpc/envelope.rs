@@ -10,10 +10,10 @@
 //! could disagree about the request (two keys that fold to the same name), so the gateway can refuse
 //! such an envelope instead of guessing.
 
+use super::echo::Echo;
 use super::gojson::{
     compact, fold_eq, plain_string_len, write_go_string, FoldSet, Json, SyntaxError, Top,
 };
-use crate::error::Echo;
 
 /// The top-level members of a decoded request, as a node sees them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -9,6 +9,7 @@
 //! * [`response`]: answer bodies byte for byte as a node writes them.
 //! * [`release`]: avalanchego release numbers, and which releases serve a method.
 
+pub mod echo;
 pub mod envelope;
 pub mod gojson;
 pub mod http;

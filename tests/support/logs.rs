@@ -8,9 +8,18 @@ use std::sync::{Arc, Mutex};
 #[derive(Clone, Default)]
 pub struct Logs(Arc<Mutex<Vec<u8>>>);
 
+/// The most the capture keeps: every test of the binary logs into it once it is installed, so
+/// past this the older half goes (a test reads its lines right after it made them).
+const KEEP: usize = 64 << 20;
+
 impl std::io::Write for Logs {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
+        let mut kept = self.0.lock().unwrap();
+        if kept.len() + buf.len() > KEEP {
+            let half = kept.len() / 2;
+            kept.drain(..half);
+        }
+        kept.extend_from_slice(buf);
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {

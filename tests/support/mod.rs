@@ -4,9 +4,11 @@
 
 pub mod binary;
 pub mod browser;
+pub mod devnode;
 pub mod fleet;
 pub mod logs;
 pub mod prometheus;
+pub mod proxy;
 pub mod redis;
 pub mod window;
 
