@@ -91,6 +91,10 @@ struct Activity {
     /// Milliseconds from `started` (plus one, so zero means "not blocked") to the first write the
     /// socket refused since it was last flushed: the client has stopped reading since then.
     write_blocked_ms: AtomicU64,
+    /// A request's body was left unread (refused by its size or its caller's quota): closing,
+    /// the connection reads and discards what the client still sends before it goes
+    /// ([`WatchedIo::poll_shutdown`]).
+    unread_body: AtomicBool,
     /// The `snowgate_open_connections` gauges this connection is counted in (kept here, not in
     /// the service, which is cloned per request).
     gauges: OpenGauges,
@@ -114,6 +118,7 @@ impl Activity {
             waker: AtomicWaker::new(),
             answers: parking_lot::Mutex::new(Outstanding::default()),
             write_blocked_ms: AtomicU64::new(0),
+            unread_body: AtomicBool::new(false),
         }
     }
 
@@ -265,6 +270,23 @@ impl Outstanding {
 struct WatchedIo {
     inner: TcpStream,
     activity: Arc<Activity>,
+    /// The lingering close under way, once hyper has shut the connection down.
+    linger: Option<Linger>,
+}
+
+/// How long, at most, a closing connection reads and discards what its client still sends after
+/// an answer that left its request's body unread (nginx's lingering close): enough for a client
+/// that writes its whole body before it reads (Python's `http.client`) to finish writing and read
+/// its answer, where closing at once would have the kernel reset the connection over the unread
+/// bytes and destroy the answer. A client that keeps sending costs at most this.
+pub const LINGER_TIME: Duration = Duration::from_secs(5);
+/// And at most this many bytes.
+pub const LINGER_BYTES: usize = 16 << 20;
+
+/// A lingering close: its deadline and what it has discarded.
+struct Linger {
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    discarded: usize,
 }
 
 impl WatchedIo {
@@ -319,8 +341,76 @@ impl AsyncWrite for WatchedIo {
         poll
     }
 
+    /// Sends the FIN; then, when a request's body was left unread, reads and discards what the
+    /// client still sends until it closes its side, [`LINGER_TIME`] passes or [`LINGER_BYTES`]
+    /// are read, so that the kernel does not answer those bytes with a reset that would destroy
+    /// the answer in the client's buffer.
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        let this = &mut *self;
+        if this.linger.is_none() {
+            std::task::ready!(Pin::new(&mut this.inner).poll_shutdown(cx))?;
+            if !this.activity.unread_body.load(Ordering::Relaxed) {
+                return Poll::Ready(Ok(()));
+            }
+            this.linger = Some(Linger {
+                deadline: Box::pin(tokio::time::sleep(LINGER_TIME)),
+                discarded: 0,
+            });
+        }
+        let Some(linger) = this.linger.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        let mut scratch = [0u8; 16 * 1024];
+        loop {
+            if linger.deadline.as_mut().poll(cx).is_ready() || linger.discarded > LINGER_BYTES {
+                return Poll::Ready(Ok(()));
+            }
+            let mut buf = ReadBuf::new(&mut scratch);
+            match Pin::new(&mut this.inner).poll_read(cx, &mut buf) {
+                Poll::Pending => return Poll::Pending,
+                // The client closed its side (or broke off): nothing more to wait for.
+                Poll::Ready(Ok(())) if buf.filled().is_empty() => return Poll::Ready(Ok(())),
+                Poll::Ready(Err(_)) => return Poll::Ready(Ok(())),
+                Poll::Ready(Ok(())) => linger.discarded += buf.filled().len(),
+            }
+        }
+    }
+}
+
+/// A request body, noting on its connection when it is dropped unread (see
+/// [`Activity::unread_body`]). It adds nothing per frame: the check is made once, on drop.
+pub struct WatchedBody {
+    inner: Incoming,
+    activity: Arc<Activity>,
+}
+
+impl Drop for WatchedBody {
+    fn drop(&mut self) {
+        use http_body::Body as _;
+        // (HTTP/2 ends an unread stream by itself; only an HTTP/1.1 connection needs to linger.)
+        if !self.inner.is_end_stream() && !self.activity.http2.load(Ordering::Relaxed) {
+            self.activity.unread_body.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+impl http_body::Body for WatchedBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, hyper::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -783,6 +873,7 @@ pub async fn run(
             let io = WatchedIo {
                 inner: stream,
                 activity: activity.clone(),
+                linger: None,
             };
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), hyper_service);
             tokio::pin!(conn);
@@ -850,7 +941,11 @@ fn connection_service(
             OpenConnection::saw_http2(&activity);
         }
         // The stack in force now: a reload reaches kept-alive connections at their next request.
-        let answer = stacks.load().http::<Incoming>(conn.clone()).oneshot(req);
+        let req = req.map(|inner| WatchedBody {
+            inner,
+            activity: activity.clone(),
+        });
+        let answer = stacks.load().http::<WatchedBody>(conn.clone()).oneshot(req);
         async move {
             let mut response = answer.await.unwrap_or_else(|never| match never {});
             drop(in_flight);

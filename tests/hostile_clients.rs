@@ -364,3 +364,64 @@ async fn clients_that_stop_reading_share_one_copy_of_an_answer_and_are_cut_after
     let r = post(&url, GET_TX).await;
     assert_eq!(r.status, 200);
 }
+
+/// A client that writes its whole oversized body before it reads (Python's `http.client` and
+/// `requests` do) gets its 413, every time: snowgate reads and discards what the client still
+/// sends after the answer, for a bounded time, before it closes (as nginx's lingering close), so
+/// the kernel never resets the connection over unread bytes and destroys the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_sends_its_whole_oversized_body_first_gets_its_413() {
+    let cluster = Cluster::start(1, Duration::from_secs(60), |_| {}).await;
+    let addr = addr_of(&cluster.url());
+    // As Python's http.client sends it: the head, then the body, then it reads; a write that
+    // fails (the connection reset) leaves it with no answer.
+    let len = 2 << 20;
+    let head = request_head("/ext/bc/P", len).into_bytes();
+    let body = vec![b' '; len];
+    let mut answers = Vec::new();
+    for _ in 0..20 {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let wrote = match s.write_all(&head).await {
+            Ok(()) => s.write_all(&body).await.is_ok(),
+            Err(_) => false,
+        };
+        let mut raw = Vec::new();
+        if wrote {
+            let _ = tokio::time::timeout(Duration::from_secs(60), s.read_to_end(&mut raw)).await;
+        }
+        let status = String::from_utf8_lossy(&raw)
+            .split(' ')
+            .nth(1)
+            .map(str::to_string);
+        answers.push((wrote, status));
+    }
+    let got_413 = answers
+        .iter()
+        .filter(|(wrote, status)| *wrote && status.as_deref() == Some("413"))
+        .count();
+    assert_eq!(got_413, 20, "{answers:?}");
+
+    // A client that keeps sending after its 413 is cut after a bounded time and amount (the
+    // linger's: 5 s or 16 MiB): its writes fail well within a minute.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(request_head("/ext/bc/P", 1 << 40).as_bytes())
+        .await
+        .unwrap();
+    let chunk = vec![b' '; 1 << 20];
+    let sent = tokio::time::timeout(Duration::from_secs(60), async {
+        let mut sent = 0usize;
+        // At most 64 GiB: bounded, and never reached.
+        for _ in 0..65_536 {
+            if s.write_all(&chunk).await.is_err() {
+                return Some(sent);
+            }
+            sent += chunk.len();
+        }
+        None
+    })
+    .await;
+    let sent = sent
+        .expect("a client sending for ever was not cut within a minute")
+        .expect("a client sending for ever was never cut");
+    assert!(sent <= 64 << 20, "{sent} bytes taken after the 413");
+}
