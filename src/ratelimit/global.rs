@@ -325,6 +325,9 @@ pub struct Global {
     max_clients: usize,
     epoch: Instant,
     metrics: LeaseMetrics,
+    /// Woken when the lease table is full: the limiter's pruner forgets empty leases then, not the
+    /// request that found it full.
+    pub(super) prune_wanted: tokio::sync::Notify,
 }
 
 impl Global {
@@ -368,6 +371,7 @@ impl Global {
             max_clients: config.max_clients,
             epoch: Instant::now(),
             metrics: LeaseMetrics { leases },
+            prune_wanted: tokio::sync::Notify::new(),
         }
     }
 
@@ -394,10 +398,8 @@ impl Global {
                     return Some(l.clone());
                 }
                 if self.ips.len() >= self.max_clients {
-                    self.prune();
-                    if self.ips.len() >= self.max_clients {
-                        return Some(self.overflow.clone());
-                    }
+                    self.prune_wanted.notify_one();
+                    return Some(self.overflow.clone());
                 }
                 let lease = self.ips.entry(*ip).or_insert_with(|| {
                     let key = format!("{}ip:{ip}", self.prefix);
@@ -405,6 +407,20 @@ impl Global {
                 });
                 Some(lease.clone())
             }
+        }
+    }
+
+    /// How long `client` is still refused without asking Redis (`None`: not known to be over).
+    /// Adds no lease.
+    pub fn denied(&self, client: &ClientId) -> Option<Duration> {
+        let now = self.now_ms();
+        match client {
+            ClientId::Key(i) => self.keys.get(*i)?.denied(now),
+            ClientId::Ip(ip) => match self.ips.get(ip) {
+                Some(lease) => lease.denied(now),
+                None if self.ips.len() >= self.max_clients => self.overflow.denied(now),
+                None => None,
+            },
         }
     }
 
