@@ -1,0 +1,328 @@
+//! Issue 23, second round on quotas and body room, attacked through a real gateway on loopback:
+//!
+//! * a client over its quota is refused before its body is read (declared length or chunked), and
+//!   the 429 echoes nothing of it;
+//! * a body is charged by its size as well as by its calls;
+//! * two addresses filling bodies cannot make a third client's call wait for body room.
+//!
+//! `load_*` (ignored) are the load scripts behind the README's figures: run them against a release
+//! gateway (see their docs).
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+const SLOW_CHAIN: Duration = Duration::from_secs(60);
+const MIB: usize = 1024 * 1024;
+
+fn addr_of(url: &str) -> SocketAddr {
+    url.trim_start_matches("http://").parse().unwrap()
+}
+
+/// A connection to the gateway at `url` from `local` (any address of 127.0.0.0/8 is loopback).
+async fn connect_from(local: &str, url: &str) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{local}:0").parse().unwrap()).unwrap();
+    socket.connect(addr_of(url)).await.unwrap()
+}
+
+/// A request head for `path` declaring a body of `len` bytes.
+fn request_head(path: &str, len: usize) -> String {
+    format!(
+        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {len}\r\n\r\n"
+    )
+}
+
+/// The status, lower-cased head and body of the first HTTP/1.1 answer in `raw`.
+fn answer(raw: &[u8]) -> (u16, String, String) {
+    let text = String::from_utf8_lossy(raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+    let status = head[9..12].parse().unwrap();
+    let head = head.to_ascii_lowercase();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map(|v| v.trim().parse().unwrap())
+        .expect("a content-length");
+    (status, head, body[..len.min(body.len())].to_string())
+}
+
+/// Reads one whole HTTP/1.1 answer (head and `content-length` body) within `limit`; `None` if it
+/// did not come.
+async fn read_answer(s: &mut TcpStream, limit: Duration) -> Option<(u16, String, String)> {
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map(|v| v.trim().parse().unwrap())
+                .unwrap_or(0);
+            if raw.len() >= end + 4 + len {
+                return Some(answer(&raw));
+            }
+        }
+        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+            Err(_) | Ok(Err(_)) | Ok(Ok(0)) => return None,
+            Ok(Ok(n)) => raw.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// The value of the series `series` (name and labels, as exposed) in a `/metrics` text.
+fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+fn limited(cfg: &mut snowgate::Config, rps: u32, burst: u32) {
+    cfg.rate_limit.enabled = true;
+    cfg.rate_limit.requests_per_second = rps;
+    cfg.rate_limit.burst = burst;
+    // Every call costs its full cost, hit or miss: the counts below are exact.
+    cfg.rate_limit.cached_cost_factor = 1.0;
+}
+
+/// Calls `platform.getHeight` until the first 429 (at most `bound` calls); the calls that passed.
+async fn spend_quota(url: &str, headers: &[(&str, &str)], bound: usize) -> usize {
+    let body = call("platform.getHeight", "{}");
+    for passed in 0..bound {
+        let r = post_with(url, &body, headers).await;
+        if r.status == 429 {
+            return passed;
+        }
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    panic!("never refused in {bound} calls");
+}
+
+/// A `platform.getHeight` call padded with whitespace to exactly `len` bytes.
+fn padded_call(len: usize) -> String {
+    let head = r#"{"jsonrpc":"2.0","id":1,"method":"platform.getHeight","params":{"#;
+    let pad = len - head.len() - 2;
+    format!("{head}{}}}}}", " ".repeat(pad))
+}
+
+#[tokio::test]
+async fn an_over_quota_client_gets_its_429_before_sending_its_body() {
+    let c = Cluster::start(1, SLOW_CHAIN, |cfg| {
+        limited(cfg, 1, 20);
+        // Longer than the test waits: an answer within it was not waiting for the body.
+        cfg.limits.body_timeout = Duration::from_secs(120);
+    })
+    .await;
+    let url = format!("{}/ext/bc/P", c.url());
+    let passed = spend_quota(&url, &[], 100).await;
+    assert!((19..=21).contains(&passed), "{passed}");
+
+    // Declares 1 MiB, sends 100 bytes of it with a mark, and never the rest.
+    let mut s = connect_from("127.0.0.1", &c.url()).await;
+    s.write_all(request_head("/ext/bc/P", MIB).as_bytes())
+        .await
+        .unwrap();
+    let start = format!(r#"{{"jsonrpc":"2.0","id":"MARK-{}","#, "x".repeat(60));
+    s.write_all(start.as_bytes()).await.unwrap();
+    let (status, head, body) = read_answer(&mut s, Duration::from_secs(30))
+        .await
+        .expect("no answer while the body was unfinished: it waited for the body");
+    assert_eq!(status, 429, "{body}");
+    assert!(head.contains("retry-after:"), "{head}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["code"], -32005, "{body}");
+    assert!(v["id"].is_null(), "{body}");
+    assert!(!body.contains("MARK"), "the 429 echoed the body: {body}");
+    // The rest of the body is never read as a request: the connection closes.
+    let rest = read_until_closed(&mut s, Duration::from_secs(30)).await;
+    assert!(rest.is_some(), "the connection stayed open after the 429");
+
+    // Nothing of it was buffered, and the refusal is recorded once, before any method was known.
+    let metrics = get_metrics(&c.url()).await;
+    assert_eq!(
+        metric(&metrics, "snowgate_request_body_buffered_bytes"),
+        Some(0.0)
+    );
+    let early = r#"snowgate_requests_total{method="-",outcome="rate_limited"}"#;
+    assert_eq!(metric(&metrics, early), Some(1.0), "{metrics}");
+    c.gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_chunked_body_is_charged_as_it_arrives_and_cut_when_over_quota() {
+    let c = Cluster::start(1, SLOW_CHAIN, |cfg| {
+        limited(cfg, 1, 20);
+        cfg.limits.body_bytes = 4 * MIB;
+        cfg.limits.body_timeout = Duration::from_secs(120);
+    })
+    .await;
+    // A fresh client: 20 units of burst, one per 64 KiB. It sends 64 KiB chunks, up to 3 MiB
+    // (48 units), and never the last chunk.
+    let mut s = connect_from("127.0.0.1", &c.url()).await;
+    s.write_all(
+        b"POST /ext/bc/P HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let (mut reader, mut writer) = s.into_split();
+    let sender = tokio::spawn(async move {
+        let chunk = format!("10000\r\n{}\r\n", " ".repeat(64 * 1024));
+        for _ in 0..48 {
+            if writer.write_all(chunk.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+        // Never the terminating chunk: the body stays unfinished.
+        std::future::pending::<()>().await;
+    });
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !raw.windows(4).any(|w| w == b"\r\n\r\n") {
+        match tokio::time::timeout_at(deadline, reader.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => raw.extend_from_slice(&buf[..n]),
+            _ => break,
+        }
+    }
+    // The rest of the answer (its body is small).
+    if let Ok(Ok(n)) = tokio::time::timeout(Duration::from_secs(5), reader.read(&mut buf)).await {
+        raw.extend_from_slice(&buf[..n]);
+    }
+    sender.abort();
+    assert!(
+        !raw.is_empty(),
+        "no answer while the body was unfinished: it waited for the body"
+    );
+    let (status, _, body) = answer(&raw);
+    assert_eq!(status, 429, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["code"], -32005, "{body}");
+    assert!(v["id"].is_null(), "{body}");
+    c.gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_large_body_costs_one_unit_per_64_kib_more_than_a_small_one() {
+    let c = Cluster::start(1, SLOW_CHAIN, |cfg| {
+        limited(cfg, 1, 60);
+        cfg.rate_limit.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+    })
+    .await;
+    let url = format!("{}/ext/bc/P", c.url());
+    let a = [("x-forwarded-for", "198.51.100.1")];
+    let b = [("x-forwarded-for", "198.51.100.2")];
+    // A: one call in a body of exactly 1 MiB (the default `body_bytes`); B: the same call, small.
+    let big = padded_call(MIB);
+    assert_eq!(big.len(), MIB);
+    let r = post_with(&url, &big, &a).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.json()["result"]["height"].is_string(), "{}", r.body);
+    let r = post_with(&url, &call("platform.getHeight", "{}"), &b).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    // What is left, each read by one batch of 60 calls (one unit each), close together in time.
+    let batch = format!("[{}]", vec![call("platform.getHeight", "{}"); 60].join(","));
+    let mut left = Vec::new();
+    for who in [&a, &b] {
+        let r = post_with(&url, &batch, who).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        let v = r.json();
+        let answers = v.as_array().unwrap();
+        assert_eq!(answers.len(), 60);
+        left.push(answers.iter().filter(|a| a["result"].is_object()).count());
+    }
+    let (left_a, left_b) = (left[0], left[1]);
+    // B: 60 - 1 = 59 (a unit may have refilled); A: 16 units fewer for its 16 × 64 KiB.
+    assert!((59..=60).contains(&left_b), "B had {left_b} left");
+    let diff = left_b - left_a;
+    assert!(
+        (15..=17).contains(&diff),
+        "a 1 MiB body cost {diff} units more than a small one (A {left_a}, B {left_b})"
+    );
+    c.gateway.shutdown().await;
+}
+
+/// Opens `n` connections from `local`, each declaring a body of `len` bytes and sending all of it
+/// but its last byte; the tasks hold them until aborted.
+async fn fill_bodies(
+    local: &'static str,
+    url: &str,
+    n: usize,
+    len: usize,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    for _ in 0..n {
+        let mut s = connect_from(local, url).await;
+        tasks.push(tokio::spawn(async move {
+            let _ = s.write_all(request_head("/ext/bc/P", len).as_bytes()).await;
+            let _ = s.write_all(&vec![b' '; len - 1]).await;
+            std::future::pending::<()>().await;
+        }));
+    }
+    tasks
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_addresses_filling_bodies_cannot_make_a_third_wait_for_room() {
+    let c = Cluster::start(1, SLOW_CHAIN, |cfg| {
+        cfg.limits.body_bytes = 4 * MIB;
+        cfg.limits.connection_body_bytes = 4 * MIB;
+        // Four times the default room per address (16 MiB): two addresses could fill it all
+        // if nothing bounded an address.
+        cfg.limits.total_body_bytes = 64 * MIB;
+        cfg.limits.body_timeout = Duration::from_secs(120);
+    })
+    .await;
+    let per_address = 16 * MIB;
+    // Two addresses, eight connections each, each holding 4 MiB − 1 byte of an unfinished body:
+    // 64 MiB wanted in all.
+    let mut fill = fill_bodies("127.0.0.1", &c.url(), 8, 4 * MIB).await;
+    fill.extend(fill_bodies("127.0.0.2", &c.url(), 8, 4 * MIB).await);
+    // Wait until the fill is held: both addresses' room taken, but for the last frames read
+    // (hyper reads at most a few hundred KiB at a time).
+    let held = 2 * (per_address - MIB);
+    let mut buffered = 0.0;
+    for _ in 0..600 {
+        buffered = metric(
+            &get_metrics(&c.url()).await,
+            "snowgate_request_body_buffered_bytes",
+        )
+        .unwrap();
+        if buffered >= held as f64 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(buffered >= held as f64, "the fill never held: {buffered}");
+    // A third address's call is answered while the fill is held.
+    let mut third = connect_from("127.0.0.3", &c.url()).await;
+    let body = call("platform.getHeight", "{}");
+    third
+        .write_all(format!("{}{body}", request_head("/ext/bc/P", body.len())).as_bytes())
+        .await
+        .unwrap();
+    let answered = read_answer(&mut third, Duration::from_secs(30)).await;
+    let (status, _, text) = answered.expect("the third client waited for body room");
+    assert_eq!(status, 200, "{text}");
+    // The fillers hold at most their addresses' room.
+    let buffered = metric(
+        &get_metrics(&c.url()).await,
+        "snowgate_request_body_buffered_bytes",
+    )
+    .unwrap();
+    assert!(
+        buffered <= (2 * per_address) as f64,
+        "two addresses buffered {buffered} bytes"
+    );
+    for task in fill {
+        task.abort();
+    }
+    c.gateway.shutdown().await;
+}
