@@ -326,3 +326,298 @@ async fn two_addresses_filling_bodies_cannot_make_a_third_wait_for_room() {
     }
     c.gateway.shutdown().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// The load behind the README's figures (ignored: they measure, they assert nothing). Against a
+// release gateway at the shipped defaults in front of a devnode:
+//
+//   target/release/snowgate devnode --listen 127.0.0.1:9651 &
+//   printf '[server]\nlisten = "127.0.0.1:9650"\n[admin]\napi_keys = ["test-admin-key-0123456789"]\n[[upstreams]]\nname = "n"\nurl = "http://127.0.0.1:9651"\n' > /tmp/load.toml
+//   target/release/snowgate serve --config /tmp/load.toml & echo $! > /tmp/gw.pid
+//   SNOWGATE_LOAD_URL=http://127.0.0.1:9650 SNOWGATE_LOAD_PID=$(cat /tmp/gw.pid) \
+//     cargo test --test attack_quota_round2 -- --ignored --nocapture --test-threads 1 load_
+//
+// (`SNOWGATE_LOAD_CONNECTIONS=0` runs the first without its load: the sampling client alone.)
+// Each prints the gateway's CPU over the window (utime + stime from /proc/PID/stat) and the
+// latencies of another client calling `platform.getHeight` every 20 ms meanwhile.
+// ---------------------------------------------------------------------------------------------
+
+/// The gateway to load, its pid, and the window (`SNOWGATE_LOAD_SECS`, 15 s by default).
+fn load_target() -> Option<(String, u32, Duration)> {
+    let url = std::env::var("SNOWGATE_LOAD_URL").ok()?;
+    let pid = std::env::var("SNOWGATE_LOAD_PID").ok()?.parse().ok()?;
+    let secs = std::env::var("SNOWGATE_LOAD_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(15);
+    Some((url, pid, Duration::from_secs(secs)))
+}
+
+/// CPU seconds the process `pid` has used (user + system), from `/proc/PID/stat`.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after_name.split(' ').collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name and state.
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    ticks as f64 / 100.0 // CLK_TCK on Linux
+}
+
+/// Calls `platform.getHeight` from `local` every 20 ms until `until` (one keep-alive connection,
+/// opened again when cut); each call's latency, and the calls that failed.
+async fn sample_latency(
+    local: &'static str,
+    url: String,
+    until: tokio::time::Instant,
+) -> (Vec<Duration>, usize) {
+    let body = call("platform.getHeight", "{}");
+    let request = format!("{}{body}", request_head("/ext/bc/P", body.len()));
+    let (mut samples, mut failed) = (Vec::new(), 0);
+    let mut conn: Option<TcpStream> = None;
+    while tokio::time::Instant::now() < until {
+        let s = match conn.as_mut() {
+            Some(s) => s,
+            None => conn.insert(connect_from(local, &url).await),
+        };
+        let sent = std::time::Instant::now();
+        let ok = s.write_all(request.as_bytes()).await.is_ok();
+        match read_answer(s, Duration::from_secs(30)).await {
+            Some((200, head, _)) if ok => {
+                samples.push(sent.elapsed());
+                if head.contains("connection: close") {
+                    conn = None;
+                }
+            }
+            _ => {
+                failed += 1;
+                conn = None;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (samples, failed)
+}
+
+/// [`sample_latency`] on a thread and runtime of its own, so that the load's tasks cannot delay
+/// its own reading of the answers.
+fn sample_latency_apart(
+    local: &'static str,
+    url: String,
+    until: tokio::time::Instant,
+) -> std::thread::JoinHandle<(Vec<Duration>, usize)> {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(sample_latency(local, url, until))
+    })
+}
+
+fn report_latency(who: &str, mut samples: Vec<Duration>, failed: usize) {
+    samples.sort();
+    let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q).round() as usize];
+    if samples.is_empty() {
+        println!("{who}: no call answered ({failed} failed)");
+        return;
+    }
+    println!(
+        "{who}: {} calls, {failed} failed; p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        samples.len(),
+        at(0.5).as_secs_f64() * 1e3,
+        at(0.99).as_secs_f64() * 1e3,
+        at(1.0).as_secs_f64() * 1e3
+    );
+}
+
+/// A `platform.getHeight` call whose params object holds keys up to `len` bytes: the dearest body
+/// shape to decode and key (README, "Security and limits").
+fn keyed_call(len: usize) -> String {
+    let mut params = String::from("{");
+    let mut i = 0;
+    let head = r#"{"jsonrpc":"2.0","id":1,"method":"platform.getHeight","params":"#;
+    while head.len() + params.len() + 16 < len {
+        if i > 0 {
+            params.push(',');
+        }
+        params.push_str(&format!("\"k{i}\":0"));
+        i += 1;
+    }
+    params.push('}');
+    let call = format!("{head}{params}}}");
+    let pad = len - call.len();
+    format!("{}{}", call, " ".repeat(pad))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "load: run against a release gateway, see the comment above"]
+async fn load_one_address_sending_1_mib_bodies() {
+    let Some((url, pid, window)) = load_target() else {
+        println!("set SNOWGATE_LOAD_URL and SNOWGATE_LOAD_PID (see the comment above)");
+        return;
+    };
+    let body = keyed_call(MIB);
+    let request: std::sync::Arc<[u8]> = format!("{}{body}", request_head("/ext/bc/P", body.len()))
+        .into_bytes()
+        .into();
+    let until = tokio::time::Instant::now() + window;
+    let counts = std::sync::Arc::new(parking_lot::Mutex::new(std::collections::BTreeMap::<
+        String,
+        usize,
+    >::new()));
+    let cpu_before = cpu_seconds(pid);
+    let mut attackers = Vec::new();
+    let connections = std::env::var("SNOWGATE_LOAD_CONNECTIONS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(16);
+    for _ in 0..connections {
+        let (url, request, counts) = (url.clone(), request.clone(), counts.clone());
+        attackers.push(tokio::spawn(async move {
+            let mut conn: Option<TcpStream> = None;
+            while tokio::time::Instant::now() < until {
+                let s = match conn.as_mut() {
+                    Some(s) => s,
+                    None => conn.insert(connect_from("127.0.0.1", &url).await),
+                };
+                // As fast as it can: the whole request, then its answer (an early answer cuts
+                // the write short).
+                let _ = s.write_all(&request).await;
+                let outcome = match read_answer(s, Duration::from_secs(30)).await {
+                    Some((status, head, _)) => {
+                        // A refusal before the body closes the connection: open another at once.
+                        if head.contains("connection: close") || status == 429 {
+                            conn = None;
+                        }
+                        status.to_string()
+                    }
+                    None => {
+                        conn = None;
+                        "cut".to_string()
+                    }
+                };
+                *counts.lock().entry(outcome).or_default() += 1;
+            }
+        }));
+    }
+    let sampler = sample_latency_apart("127.0.0.2", url.clone(), until);
+    tokio::time::sleep_until(until).await;
+    let (samples, failed) = sampler.join().unwrap();
+    for a in attackers {
+        a.abort();
+    }
+    let cpu = cpu_seconds(pid) - cpu_before;
+    println!(
+        "one address, 16 connections of 1 MiB bodies for {:?}: gateway CPU {:.2} s = {:.2} cores; answers {:?}",
+        window,
+        cpu,
+        cpu / window.as_secs_f64(),
+        counts.lock()
+    );
+    report_latency("another client (127.0.0.2)", samples, failed);
+}
+
+/// An HTTP/2 connection (prior knowledge) to the gateway at `url` from `local`.
+async fn h2_from(
+    local: &'static str,
+    url: &str,
+) -> Option<
+    hyper::client::conn::http2::SendRequest<
+        http_body_util::combinators::BoxBody<bytes::Bytes, std::convert::Infallible>,
+    >,
+> {
+    let socket = TcpSocket::new_v4().ok()?;
+    socket.bind(format!("{local}:0").parse().ok()?).ok()?;
+    let stream = socket.connect(addr_of(url)).await.ok()?;
+    let (sender, conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .ok()?;
+    tokio::spawn(conn);
+    Some(sender)
+}
+
+/// A body that sends `len` bytes in 16 KiB frames and then never ends.
+fn unfinished_body(
+    len: usize,
+) -> http_body_util::combinators::BoxBody<bytes::Bytes, std::convert::Infallible> {
+    use http_body_util::BodyExt;
+    let frames = (0..len.div_ceil(16 * 1024)).map(move |i| {
+        let n = (len - i * 16 * 1024).min(16 * 1024);
+        Ok::<_, std::convert::Infallible>(http_body::Frame::data(bytes::Bytes::from(vec![b' '; n])))
+    });
+    let stream = futures_util::StreamExt::chain(
+        futures_util::stream::iter(frames),
+        futures_util::stream::pending(),
+    );
+    http_body_util::StreamBody::new(stream).boxed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "load: run against a release gateway, see the comment above"]
+async fn load_two_addresses_filling_bodies() {
+    let Some((url, pid, window)) = load_target() else {
+        println!("set SNOWGATE_LOAD_URL and SNOWGATE_LOAD_PID (see the comment above)");
+        return;
+    };
+    let until = tokio::time::Instant::now() + window;
+    let cpu_before = cpu_seconds(pid);
+    let mut fillers = Vec::new();
+    // Each address: 64 connections (max_connections_per_ip) of 64 streams (the server's most),
+    // each stream 1 MiB − 1 byte of a 1 MiB body; a connection cut (body_timeout) is opened again.
+    for local in ["127.0.0.1", "127.0.0.2"] {
+        for _ in 0..64 {
+            let url = url.clone();
+            fillers.push(tokio::spawn(async move {
+                while tokio::time::Instant::now() < until {
+                    let Some(mut sender) = h2_from(local, &url).await else {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    };
+                    let mut streams = Vec::new();
+                    for _ in 0..64 {
+                        let req = http::Request::post(format!("{url}/ext/bc/P"))
+                            .header("content-type", "application/json")
+                            .header("content-length", MIB.to_string())
+                            .body(unfinished_body(MIB - 1))
+                            .unwrap();
+                        if sender.ready().await.is_err() {
+                            break;
+                        }
+                        streams.push(sender.send_request(req));
+                    }
+                    // Until the gateway cuts them.
+                    futures_util::future::join_all(streams).await;
+                }
+            }));
+        }
+    }
+    let sampler = sample_latency_apart("127.0.0.3", url.clone(), until);
+    tokio::time::sleep_until(until - Duration::from_secs(1)).await;
+    // Asked from the third address: the fillers' addresses are at their connection cap.
+    let metrics = reqwest::Client::builder()
+        .local_address(Some([127, 0, 0, 3].into()))
+        .build()
+        .unwrap()
+        .get(format!("{url}/metrics"))
+        .header("authorization", format!("Bearer {ADMIN_KEY}"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let (samples, failed) = sampler.join().unwrap();
+    for f in fillers {
+        f.abort();
+    }
+    let cpu = cpu_seconds(pid) - cpu_before;
+    println!(
+        "two addresses filling bodies over HTTP/2 for {:?}: gateway CPU {:.2} cores; buffered at the end {:?} bytes",
+        window,
+        cpu / window.as_secs_f64(),
+        metric(&metrics, "snowgate_request_body_buffered_bytes")
+    );
+    report_latency("a third client (127.0.0.3)", samples, failed);
+}
