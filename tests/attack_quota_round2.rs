@@ -156,6 +156,60 @@ async fn an_over_quota_client_gets_its_429_before_sending_its_body() {
     c.gateway.shutdown().await;
 }
 
+/// Sends a request declaring a 1 MiB body from `local`, and 100 bytes of it; the answer, which
+/// must come while the body is unfinished.
+async fn answer_to_an_unfinished_body(local: &str, url: &str) -> (u16, String, String) {
+    let mut s = connect_from(local, url).await;
+    s.write_all(request_head("/ext/bc/P", MIB).as_bytes())
+        .await
+        .unwrap();
+    let start = format!(r#"{{"jsonrpc":"2.0","id":"MARK-{}","#, "x".repeat(60));
+    s.write_all(start.as_bytes()).await.unwrap();
+    read_answer(&mut s, Duration::from_secs(30))
+        .await
+        .expect("no answer while the body was unfinished: it waited for the body")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_global_quotas_too_an_over_quota_client_is_refused_before_its_body() {
+    let redis = support::redis::RedisServer::start();
+    let url = redis.url();
+    let c = Cluster::start(1, SLOW_CHAIN, |cfg| {
+        cfg.redis = Some(snowgate::config::RedisConfig {
+            url: Some(url),
+            timeout: Duration::from_millis(500),
+            ..Default::default()
+        });
+        limited(cfg, 1, 20);
+        cfg.limits.body_timeout = Duration::from_secs(120);
+    })
+    .await;
+    let rpc = format!("{}/ext/bc/P", c.url());
+    let passed = spend_quota(&rpc, &[], 100).await;
+    assert!((18..=21).contains(&passed), "{passed}");
+    let (status, _, body) = answer_to_an_unfinished_body("127.0.0.1", &c.url()).await;
+    assert_eq!(status, 429, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["code"], -32005, "{body}");
+    assert!(v["id"].is_null(), "{body}");
+    assert!(!body.contains("MARK"), "the 429 echoed the body: {body}");
+    // A fresh client's 1 MiB body is charged to its quota in Redis (16 units of its 20) before
+    // it is read: a second one in a row cannot be paid, and is refused unread.
+    let big = padded_call(MIB);
+    let mut fresh = connect_from("127.0.0.2", &c.url()).await;
+    fresh
+        .write_all(format!("{}{big}", request_head("/ext/bc/P", big.len())).as_bytes())
+        .await
+        .unwrap();
+    let (status, _, body) = read_answer(&mut fresh, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let (status, _, body) = answer_to_an_unfinished_body("127.0.0.2", &c.url()).await;
+    assert_eq!(status, 429, "{body}");
+    c.gateway.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_chunked_body_is_charged_as_it_arrives_and_cut_when_over_quota() {
     let c = Cluster::start(1, SLOW_CHAIN, |cfg| {

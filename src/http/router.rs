@@ -323,9 +323,11 @@ fn json_content(headers: &HeaderMap) -> Result<(), ProxyError> {
 /// (admins and rate limiting off excepted). Before a byte is read, a caller known to be over its
 /// quota is refused ([`Limiter::before_body`]) and a declared length is charged
 /// ([`Limiter::body_units`], up to the caller's burst; this may wait on Redis as a call does);
-/// the rest is charged as the bytes arrive, without waiting, and a refusal stops the read. A body left unread is never read
-/// as a next request: over HTTP/1.1 hyper closes the connection after the answer, over HTTP/2
-/// it resets the stream.
+/// the rest is charged as the bytes arrive, without waiting, and a refusal stops the read.
+///
+/// A body left unread is never read as a next request: over HTTP/1.1 hyper reads what has already
+/// arrived and, if the body is not over, closes the connection after the answer; over HTTP/2 the
+/// stream is reset (`NO_ERROR`, RFC 9113 §8.1) once the answer is sent.
 async fn read_rpc_body<B>(
     routes: &Routes,
     conn: &ConnInfo,

@@ -410,18 +410,17 @@ impl Global {
         }
     }
 
-    /// How long `client` is still refused without asking Redis (`None`: not known to be over).
-    /// Adds no lease.
-    pub fn denied(&self, client: &ClientId) -> Option<Duration> {
-        let now = self.now_ms();
-        match client {
-            ClientId::Key(i) => self.keys.get(*i)?.denied(now),
+    /// Units `client`'s lease holds now (0 without one). Adds no lease.
+    pub fn held(&self, client: &ClientId) -> u64 {
+        let lease = match client {
+            ClientId::Key(i) => self.keys.get(*i).cloned(),
             ClientId::Ip(ip) => match self.ips.get(ip) {
-                Some(lease) => lease.denied(now),
-                None if self.ips.len() >= self.max_clients => self.overflow.denied(now),
+                Some(lease) => Some(lease.clone()),
+                None if self.ips.len() >= self.max_clients => Some(self.overflow.clone()),
                 None => None,
             },
-        }
+        };
+        lease.map_or(0, |l| l.held())
     }
 
     /// Decides a call costing `units`: from the lease when it holds enough (a refill starts in the

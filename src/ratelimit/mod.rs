@@ -96,6 +96,9 @@ struct Bucket {
     /// The bucket refused a charge and said to wait until then (ms since the limiter's epoch):
     /// until then the client is refused before its request is read.
     denied_until_ms: AtomicU64,
+    /// The units of the last charge refused (with global quotas: a lease that has since received
+    /// that many may pay for the call again).
+    denied_units: AtomicU64,
 }
 
 impl Bucket {
@@ -103,12 +106,14 @@ impl Bucket {
         Bucket {
             gcra: RateLimiter::direct_with_clock(quota, MonotonicClock),
             denied_until_ms: AtomicU64::new(0),
+            denied_units: AtomicU64::new(0),
         }
     }
 
-    /// Remembers a refusal at `now_ms` that said to wait `wait`.
-    fn refused(&self, now_ms: u64, wait: Duration) {
+    /// Remembers a refusal of `units` at `now_ms` that said to wait `wait`.
+    fn refused(&self, now_ms: u64, wait: Duration, units: u32) {
         let wait = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.denied_units.store(u64::from(units), Ordering::Relaxed);
         self.denied_until_ms
             .fetch_max(now_ms.saturating_add(wait), Ordering::Relaxed);
     }
@@ -401,7 +406,7 @@ impl Limiter {
                 // Costs more than the whole burst: validation prevents it, refuse rather than panic.
                 Err(_) => Duration::from_secs(1),
             };
-            bucket.refused(now, wait);
+            bucket.refused(now, wait, units);
             Err(wait)
         });
         match charged {
@@ -413,9 +418,9 @@ impl Limiter {
         }
     }
 
-    /// Whether `client`, about to send a request, is known to be over its quota: it was refused,
-    /// and the wait it was given has not passed (with global quotas, Redis refused it, or Redis is
-    /// down and `on_redis_down = "deny"`). The router asks before reading the body, so that a
+    /// Whether `client`, about to send a request, is known to be over its quota: a call or a body
+    /// of it was refused, and the wait it was given has not passed (with global quotas, also while
+    /// Redis is down under `on_redis_down = "deny"`). The router asks before reading the body, so that a
     /// client over its quota costs no reading or parsing; the refusal is counted as any other.
     /// Changes no bucket, and adds no client to the table.
     pub fn before_body(&self, client: &ClientId) -> Result<(), ProxyError> {
@@ -427,16 +432,18 @@ impl Limiter {
                 }
                 return Err(ProxyError::QuotaUnavailable);
             }
-            if let Some(wait) = global.denied(client) {
-                self.refused(client, kind(client));
-                return Err(OverQuota { retry_after: wait }.error());
-            }
         }
+        let denied = |bucket: &Bucket| {
+            let wait = bucket.denied(now)?;
+            // A refill that landed since may pay for the call refused (global quotas).
+            let leased = self.global.as_ref().map_or(0, |g| g.held(client));
+            (leased < bucket.denied_units.load(Ordering::Relaxed)).then_some(wait)
+        };
         let denied = match client {
-            ClientId::Key(i) => self.per_key.get(*i).and_then(|b| b.denied(now)),
+            ClientId::Key(i) => self.per_key.get(*i).and_then(denied),
             ClientId::Ip(ip) => match self.per_ip.get(ip) {
-                Some(t) => t.bucket.denied(now),
-                None if self.per_ip.len() >= self.max_clients => self.overflow.denied(now),
+                Some(t) => denied(&t.bucket),
+                None if self.per_ip.len() >= self.max_clients => denied(&self.overflow),
                 None => None,
             },
         };
@@ -494,6 +501,10 @@ impl Limiter {
             Verdict::Allowed => Ok(()),
             Verdict::Over(wait) => {
                 self.refused(client, kind(client));
+                // Remembered here, as a local refusal is: a lease Redis refused may still hold
+                // scraps, but a call it could not pay for was refused.
+                let now = self.now_ms();
+                self.with_bucket(client, now, |bucket| bucket.refused(now, wait, units));
                 Err(OverQuota { retry_after: wait }.error())
             }
             Verdict::Share => {
