@@ -419,20 +419,13 @@ impl Limiter {
     }
 
     /// Whether `client`, about to send a request, is known to be over its quota: a call or a body
-    /// of it was refused, and the wait it was given has not passed (with global quotas, also while
-    /// Redis is down under `on_redis_down = "deny"`). The router asks before reading the body, so that a
-    /// client over its quota costs no reading or parsing; the refusal is counted as any other.
-    /// Changes no bucket, and adds no client to the table.
+    /// of it was refused, and the wait it was given has not passed (with global quotas, unless its
+    /// lease has since received enough to pay for it). The router asks before reading the body,
+    /// so that a client over its quota costs no reading or parsing; the refusal is counted as any
+    /// other. Changes no bucket, and adds no client to the table. (Global quotas refused for want
+    /// of Redis, `on_redis_down = "deny"`, are answered after the body, with the call's id.)
     pub fn before_body(&self, client: &ClientId) -> Result<(), ProxyError> {
         let now = self.now_ms();
-        if let Some(global) = &self.global {
-            if !global.shared().available() && self.on_redis_down == OnRedisDown::Deny {
-                if let Some(fallback) = &self.fallback {
-                    fallback.with_label_values(&["denied"]).inc();
-                }
-                return Err(ProxyError::QuotaUnavailable);
-            }
-        }
         let denied = |bucket: &Bucket| {
             let wait = bucket.denied(now)?;
             // A refill that landed since may pay for the call refused (global quotas).
