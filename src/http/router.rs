@@ -291,6 +291,7 @@ where
                     return Ok(routes.refuse_rpc(&e, started, client, &parts.headers));
                 }
             };
+            let heavy = body.len() >= HEAVY_BODY;
             let rpc = RpcRequest {
                 family,
                 path,
@@ -298,10 +299,53 @@ where
                 caller,
                 started,
             };
-            let answer = inner.oneshot(rpc).await;
+            let answer = OffTheWorker::new(inner.oneshot(rpc), heavy).await;
             drop(room);
             answer
         })
+    }
+}
+
+/// A body this large takes milliseconds to decode and key (a 1 MiB body up to tens of them).
+const HEAVY_BODY: usize = 64 * 1024;
+
+pin_project_lite::pin_project! {
+    /// The call of a heavy body, polled inside `block_in_place` on a multi-threaded runtime:
+    /// while the body is decoded and keyed, the worker's other tasks move to another thread
+    /// instead of waiting behind it. (Tokio never lets another worker steal the task in a
+    /// worker's LIFO slot: an honest client's call woken there would wait out the whole parse.)
+    /// Light calls, and any call on a current-thread runtime, are polled as they are.
+    struct OffTheWorker<F> {
+        #[pin]
+        inner: F,
+        heavy: bool,
+    }
+}
+
+impl<F> OffTheWorker<F> {
+    fn new(inner: F, heavy: bool) -> OffTheWorker<F> {
+        let multi = || {
+            tokio::runtime::Handle::try_current()
+                .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+        };
+        OffTheWorker {
+            inner,
+            heavy: heavy && multi(),
+        }
+    }
+}
+
+impl<F: Future> Future for OffTheWorker<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        if *this.heavy {
+            let inner = this.inner;
+            tokio::task::block_in_place(|| inner.poll(cx))
+        } else {
+            this.inner.poll(cx)
+        }
     }
 }
 
