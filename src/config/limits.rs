@@ -49,8 +49,17 @@ pub struct LimitsConfig {
     /// Request body bytes one connection may have buffered at once (its HTTP/2 streams together);
     /// further bytes wait for room, within `body_timeout`.
     pub connection_body_bytes: usize,
+    /// Request body bytes one client address may have buffered at once, over all its connections
+    /// (addresses grouped as for `max_connections_per_ip`: an IPv4 address or an IPv6 /64; behind
+    /// a peer in `rate_limit.trusted_proxies`, the client address it forwards, as the rate limiter
+    /// reads it); further bytes wait for room, within `body_timeout`. Without it, one address with
+    /// `max_connections_per_ip` connections could fill `total_body_bytes` and make every other
+    /// client's body wait. At least `connection_body_bytes`, at most a quarter of
+    /// `total_body_bytes`.
+    pub address_body_bytes: usize,
     /// Request body bytes buffered at once over all connections; further bytes wait for room,
-    /// within `body_timeout`.
+    /// within `body_timeout`, served in arrival order (each address's share of the wait bounded by
+    /// `address_body_bytes`).
     pub total_body_bytes: usize,
 }
 
@@ -70,6 +79,7 @@ impl Default for LimitsConfig {
             body_timeout: Duration::from_secs(10),
             send_timeout: Duration::from_secs(30),
             connection_body_bytes: 4 * 1024 * 1024,
+            address_body_bytes: 16 * 1024 * 1024,
             total_body_bytes: 256 * 1024 * 1024,
         }
     }
@@ -117,6 +127,7 @@ impl LimitsConfig {
         }
         for (key, value) in [
             ("limits.connection_body_bytes", self.connection_body_bytes),
+            ("limits.address_body_bytes", self.address_body_bytes),
             ("limits.total_body_bytes", self.total_body_bytes),
         ] {
             // Room for one whole body, or a request could wait for room that never comes.
@@ -127,6 +138,68 @@ impl LimitsConfig {
                 return invalid(key, "must be below 4 GiB");
             }
         }
+        // A connection is one address's: room it could never fill is a mistake.
+        if self.connection_body_bytes > self.address_body_bytes {
+            return invalid(
+                "limits.connection_body_bytes",
+                "must be at most limits.address_body_bytes (one address's connections together)",
+            );
+        }
+        // The bound per address is what keeps a few addresses from filling the gateway's room.
+        if self.address_body_bytes > self.total_body_bytes / 4 {
+            return invalid(
+                "limits.address_body_bytes",
+                "must be at most a quarter of limits.total_body_bytes, so that a few addresses \
+                 cannot fill it and make every other client's body wait",
+            );
+        }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(limits: &LimitsConfig) -> String {
+        limits
+            .validate()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn the_default_body_rooms_nest() {
+        let d = LimitsConfig::default();
+        assert!(d.validate().is_ok());
+        assert!(d.body_bytes <= d.connection_body_bytes);
+        assert!(d.connection_body_bytes <= d.address_body_bytes);
+        // One address with every connection it may open still cannot fill the gateway's room.
+        assert!(d.max_connections_per_ip * d.connection_body_bytes > d.address_body_bytes);
+        assert!(4 * d.address_body_bytes <= d.total_body_bytes);
+    }
+
+    #[test]
+    fn body_rooms_that_do_not_nest_are_refused_by_name() {
+        let one_address_fills_it = LimitsConfig {
+            address_body_bytes: 256 * 1024 * 1024,
+            ..LimitsConfig::default()
+        };
+        let e = error(&one_address_fills_it);
+        assert!(e.contains("limits.address_body_bytes"), "{e}");
+        assert!(e.contains("limits.total_body_bytes"), "{e}");
+        let connection_over_address = LimitsConfig {
+            connection_body_bytes: 32 * 1024 * 1024,
+            ..LimitsConfig::default()
+        };
+        let e = error(&connection_over_address);
+        assert!(e.contains("limits.connection_body_bytes"), "{e}");
+        assert!(e.contains("limits.address_body_bytes"), "{e}");
+        let below_a_body = LimitsConfig {
+            address_body_bytes: 1024,
+            ..LimitsConfig::default()
+        };
+        assert!(error(&below_a_body).contains("limits.address_body_bytes"));
     }
 }

@@ -82,6 +82,13 @@ pub struct RateLimitConfig {
     pub on_redis_down: OnRedisDown,
     /// Instances in the fleet: while Redis is down, each allows `rate / expected_instances`.
     pub expected_instances: u32,
+    /// A request body costs one cost unit per this many bytes (whole ones only: a body under it
+    /// costs nothing for its size), on top of its calls: reading, parsing and keying 1 MiB is
+    /// work whatever the calls in it, and a client over its quota must not make snowgate do it.
+    /// A declared length is charged before the body is read (up to the client's burst at once),
+    /// the rest as the bytes arrive: a body dearer than the burst passes only as fast as the quota
+    /// refills.
+    pub body_bytes_per_unit: u32,
 }
 
 impl Default for RateLimitConfig {
@@ -99,6 +106,7 @@ impl Default for RateLimitConfig {
             scope: None,
             on_redis_down: OnRedisDown::Local,
             expected_instances: 1,
+            body_bytes_per_unit: 64 * 1024,
         }
     }
 }
@@ -166,6 +174,9 @@ impl RateLimitConfig {
         }
         if self.max_clients == 0 {
             return invalid("rate_limit.max_clients", "must be at least 1");
+        }
+        if self.body_bytes_per_unit < 1024 {
+            return invalid("rate_limit.body_bytes_per_unit", "must be at least 1024");
         }
         for (i, k) in self.keys.iter().enumerate() {
             if k.key.len() < 16 {

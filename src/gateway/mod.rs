@@ -27,6 +27,7 @@ use crate::call::{BestHeight, ReloadReport};
 use crate::config::Config;
 use crate::http::admin::Admin;
 use crate::http::decode::Decoding;
+use crate::http::request_body::AddressRooms;
 use crate::http::request_id::RequestIdLayer;
 use crate::http::router::Routes;
 use crate::http::status::StatusBoard;
@@ -349,6 +350,7 @@ pub(crate) struct Generation {
     /// limiter, stopped when the last generation using it goes.
     limiter_tasks: Option<Arc<LimiterTasks>>,
     body_room: Arc<Semaphore>,
+    address_rooms: Arc<AddressRooms>,
 }
 
 impl Generation {
@@ -375,11 +377,21 @@ impl Generation {
             }
             _ => Arc::new(Semaphore::new(config.limits.total_body_bytes)),
         };
+        // Likewise each address's: the bodies in flight give their room back where they took it.
+        let address_rooms = match previous {
+            Some((prev, old))
+                if old.limits.address_body_bytes == config.limits.address_body_bytes =>
+            {
+                prev.address_rooms.clone()
+            }
+            _ => Arc::new(AddressRooms::new(config.limits.address_body_bytes)),
+        };
         Generation {
             registry,
             limiter,
             limiter_tasks,
             body_room,
+            address_rooms,
         }
     }
 
@@ -419,7 +431,11 @@ impl Generation {
             limiter: self.limiter.clone(),
             limits: config.limits.clone(),
             body_room: self.body_room.clone(),
+            address_rooms: self.address_rooms.clone(),
+            trusted_proxies: config.rate_limit.trusted_proxies.clone(),
+            client_ip_header: config.rate_limit.client_ip_header,
             log: log.clone(),
+            limited_unread: std::sync::OnceLock::new(),
         };
         let decoding = Decoding {
             requests: CounterTable::new(

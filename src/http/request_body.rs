@@ -1,14 +1,24 @@
 //! Reading a request body within its limits: at most `limits.body_bytes`, within
-//! `limits.body_timeout`, and within the room left for bodies on its connection
-//! (`limits.connection_body_bytes`, all its HTTP/2 streams together) and in the whole gateway
-//! (`limits.total_body_bytes`). A client that opens many streams and sends each a little of a
-//! large body waits for room instead of making snowgate hold it all.
+//! `limits.body_timeout`, paid for as it arrives (a [`Meter`]: the caller's quota, by size), and
+//! within the room left for bodies on its connection (`limits.connection_body_bytes`, all its
+//! HTTP/2 streams together), from its client address (`limits.address_body_bytes`, all its
+//! connections together) and in the whole gateway (`limits.total_body_bytes`). A client that opens
+//! many streams or connections and sends each a little of a large body waits for room instead of
+//! making snowgate hold it all.
+//!
+//! Room is taken connection first, then address, then gateway, each waiting in arrival order
+//! (tokio's semaphores are fair). A body waiting for the gateway's room therefore holds its
+//! address's: one address's bodies take at most `address_body_bytes` of the gateway's room and of
+//! its queue, so the bodies of other addresses are served beside them instead of behind them.
 
 use std::future::Future;
+use std::net::IpAddr;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
+use dashmap::DashMap;
 use http_body_util::BodyExt;
 use tokio::sync::Semaphore;
 
@@ -19,12 +29,78 @@ pub enum BodyError {
     Timeout,
     /// The client broke off, or sent a malformed body.
     Broken,
+    /// The [`Meter`] refused to pay for more of it (it knows why): reading stopped there.
+    Refused,
+}
+
+/// Pays for a body's bytes as they arrive, before they take room; refusing stops the read.
+pub trait Meter {
+    /// `total` bytes of the body have arrived: `false` refuses them (the read stops).
+    fn arrived(&mut self, total: u64) -> bool;
+}
+
+/// Bodies nobody pays for by size (an admin's, or with rate limiting off).
+impl Meter for () {
+    fn arrived(&mut self, _total: u64) -> bool {
+        true
+    }
+}
+
+/// The body room of each client address (`limits.address_body_bytes`), one per gateway
+/// generation. An address has an entry only while one of its bodies holds or waits for room.
+pub struct AddressRooms {
+    bytes: usize,
+    rooms: DashMap<IpAddr, Arc<Semaphore>>,
+}
+
+impl AddressRooms {
+    /// Room for `bytes` of bodies per address.
+    pub fn new(bytes: usize) -> AddressRooms {
+        AddressRooms {
+            bytes,
+            rooms: DashMap::new(),
+        }
+    }
+
+    /// The room of `address` (made on first use).
+    fn of(&self, address: IpAddr) -> Arc<Semaphore> {
+        if let Some(room) = self.rooms.get(&address) {
+            return room.clone();
+        }
+        let room = self
+            .rooms
+            .entry(address)
+            .or_insert_with(|| Arc::new(Semaphore::new(self.bytes.min(Semaphore::MAX_PERMITS))));
+        room.clone()
+    }
+
+    /// Lets go of `room`, `address`'s (its bytes given back): the entry goes with its last user.
+    fn release(&self, address: IpAddr, room: Arc<Semaphore>) {
+        drop(room);
+        // Clones are made under the map's lock, so a count of one (the map's) is final.
+        self.rooms
+            .remove_if(&address, |_, room| Arc::strong_count(room) == 1);
+    }
+
+    /// Addresses holding or waiting for room now.
+    pub fn tracked(&self) -> usize {
+        self.rooms.len()
+    }
+}
+
+/// One request's place in its address's room.
+struct AddressRoom<'a> {
+    rooms: &'a AddressRooms,
+    address: IpAddr,
+    /// Taken on the first byte.
+    room: Option<Arc<Semaphore>>,
 }
 
 /// The body room of one request, held until its answer is made (the body's bytes live that long)
 /// and given back on drop.
 pub struct BodyRoom<'a> {
     conn: &'a Semaphore,
+    address: Option<AddressRoom<'a>>,
     total: &'a Semaphore,
     held: u32,
 }
@@ -34,21 +110,50 @@ impl<'a> BodyRoom<'a> {
     pub fn new(conn: &'a Semaphore, total: &'a Semaphore) -> BodyRoom<'a> {
         BodyRoom {
             conn,
+            address: None,
             total,
             held: 0,
         }
     }
 
-    /// Takes room for `n` more bytes, waiting for it while the connection or the gateway is full.
-    /// Cancel-safe: room is counted as held only once both are taken.
+    /// No room yet, to be taken from the connection's, `address`'s in `rooms`, and the gateway's.
+    pub fn of_address(
+        conn: &'a Semaphore,
+        rooms: &'a AddressRooms,
+        address: IpAddr,
+        total: &'a Semaphore,
+    ) -> BodyRoom<'a> {
+        BodyRoom {
+            address: Some(AddressRoom {
+                rooms,
+                address,
+                room: None,
+            }),
+            ..BodyRoom::new(conn, total)
+        }
+    }
+
+    /// Takes room for `n` more bytes, waiting for it while the connection, the address or the
+    /// gateway is full. Cancel-safe: room is counted as held only once all are taken.
     async fn take(&mut self, n: usize) -> Result<(), BodyError> {
         let n = u32::try_from(n).map_err(|_| BodyError::TooLarge)?;
         if n == 0 {
             return Ok(());
         }
+        let address = self
+            .address
+            .as_mut()
+            .map(|a| a.room.get_or_insert_with(|| a.rooms.of(a.address)).clone());
         let conn = room(self.conn, n).await?;
+        let from_address = match &address {
+            Some(r) => Some(room(r, n).await?),
+            None => None,
+        };
         let total = room(self.total, n).await?;
         conn.forget();
+        if let Some(permit) = from_address {
+            permit.forget();
+        }
         total.forget();
         self.held = self.held.saturating_add(n);
         Ok(())
@@ -65,23 +170,35 @@ async fn room(room: &Semaphore, n: u32) -> Result<tokio::sync::SemaphorePermit<'
 
 impl Drop for BodyRoom<'_> {
     fn drop(&mut self) {
-        self.conn.add_permits(self.held as usize);
-        self.total.add_permits(self.held as usize);
+        let held = self.held as usize;
+        self.conn.add_permits(held);
+        if let Some(AddressRoom {
+            rooms,
+            address,
+            room: Some(room),
+        }) = self.address.take()
+        {
+            room.add_permits(held);
+            rooms.release(address, room);
+        }
+        self.total.add_permits(held);
     }
 }
 
-/// Reads a whole body of at most `limit` bytes within `timeout`, taking room for it as it
-/// arrives. Most bodies arrive with their headers: the timer is armed only for one that has not.
+/// Reads a whole body of at most `limit` bytes within `timeout`, paying `meter` for its bytes
+/// and taking room for them as they arrive. Most bodies arrive with their headers: the timer is
+/// armed only for one that has not.
 pub async fn read<B>(
     body: B,
     limit: usize,
     timeout: Duration,
     room: &mut BodyRoom<'_>,
+    meter: &mut impl Meter,
 ) -> Result<Bytes, BodyError>
 where
     B: http_body::Body<Data = Bytes>,
 {
-    let read = collect(body, limit, room);
+    let read = collect(body, limit, room, meter);
     let mut read = std::pin::pin!(read);
     match std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
         Poll::Ready(read) => read,
@@ -91,9 +208,14 @@ where
     }
 }
 
-/// Reads a whole body of at most `limit` bytes, taking room for it as it arrives. A body that
-/// arrives in one piece (the usual case) is kept as it is, without a copy.
-async fn collect<B>(body: B, limit: usize, room: &mut BodyRoom<'_>) -> Result<Bytes, BodyError>
+/// Reads a whole body of at most `limit` bytes, paying for it and taking room for it as it
+/// arrives. A body that arrives in one piece (the usual case) is kept as it is, without a copy.
+async fn collect<B>(
+    body: B,
+    limit: usize,
+    room: &mut BodyRoom<'_>,
+    meter: &mut impl Meter,
+) -> Result<Bytes, BodyError>
 where
     B: http_body::Body<Data = Bytes>,
 {
@@ -115,6 +237,9 @@ where
         total = total.saturating_add(data.len());
         if total > limit {
             return Err(BodyError::TooLarge);
+        }
+        if !meter.arrived(total as u64) {
+            return Err(BodyError::Refused);
         }
         room.take(data.len()).await?;
         match first.take() {
@@ -142,7 +267,7 @@ mod tests {
         {
             let mut room = BodyRoom::new(&conn, &total);
             let body = Full::new(Bytes::from_static(&[b'x'; 60]));
-            let got = read(body, 80, Duration::from_secs(1), &mut room).await;
+            let got = read(body, 80, Duration::from_secs(1), &mut room, &mut ()).await;
             assert_eq!(got.map(|b| b.len()), Ok(60));
             assert_eq!(
                 (conn.available_permits(), total.available_permits()),
@@ -161,13 +286,88 @@ mod tests {
         let mut room = BodyRoom::new(&conn, &total);
         let body = Full::new(Bytes::from_static(&[b'x'; 81]));
         assert_eq!(
-            read(body, 80, Duration::from_secs(1), &mut room).await,
+            read(body, 80, Duration::from_secs(1), &mut room, &mut ()).await,
             Err(BodyError::TooLarge)
         );
         let never = StreamBody::new(futures_util::stream::pending::<
             Result<http_body::Frame<Bytes>, std::convert::Infallible>,
         >());
-        let late = read(never, 80, Duration::from_millis(20), &mut room).await;
+        let late = read(never, 80, Duration::from_millis(20), &mut room, &mut ()).await;
         assert_eq!(late, Err(BodyError::Timeout));
+    }
+
+    /// Pays for `allowed` bytes, recording each total it was shown.
+    struct Upto {
+        allowed: u64,
+        seen: Vec<u64>,
+    }
+
+    impl Meter for Upto {
+        fn arrived(&mut self, total: u64) -> bool {
+            self.seen.push(total);
+            total <= self.allowed
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_without_a_length_is_paid_as_it_arrives_and_read_no_further_when_refused() {
+        let (conn, total) = (Semaphore::new(1000), Semaphore::new(1000));
+        let polled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = polled.clone();
+        // Frames of 10 bytes for ever, as a client streaming a body without a length.
+        let frames = futures_util::stream::repeat_with(move || {
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok::<_, std::convert::Infallible>(http_body::Frame::data(Bytes::from_static(
+                &[b' '; 10],
+            )))
+        });
+        let body = StreamBody::new(frames);
+        let mut meter = Upto {
+            allowed: 35,
+            seen: Vec::new(),
+        };
+        {
+            let mut room = BodyRoom::new(&conn, &total);
+            let got = read(body, 500, Duration::from_secs(5), &mut room, &mut meter).await;
+            assert_eq!(got, Err(BodyError::Refused));
+            // The refused frame took no room.
+            assert_eq!(total.available_permits(), 970);
+        }
+        assert_eq!(meter.seen, [10, 20, 30, 40]);
+        assert_eq!(polled.load(std::sync::atomic::Ordering::Relaxed), 4);
+        assert_eq!(total.available_permits(), 1000);
+    }
+
+    #[tokio::test]
+    async fn one_address_holds_at_most_its_room_and_others_pass_it() {
+        let (total, rooms) = (Semaphore::new(100), AddressRooms::new(30));
+        let conns: Vec<Semaphore> = (0..4).map(|_| Semaphore::new(100)).collect();
+        let a: IpAddr = [192, 0, 2, 1].into();
+        let b: IpAddr = [192, 0, 2, 2].into();
+        let body = |n: usize| Full::new(Bytes::from(vec![b' '; n]));
+        let limit = Duration::from_secs(5);
+        let mut first = BodyRoom::of_address(&conns[0], &rooms, a, &total);
+        let got = read(body(25), 100, limit, &mut first, &mut ()).await;
+        assert_eq!(got.map(|b| b.len()), Ok(25));
+        // A second body of the same address, on another connection, waits for the address's
+        // room, not the gateway's: it takes none of the gateway's meanwhile.
+        let mut second = BodyRoom::of_address(&conns[1], &rooms, a, &total);
+        let mut free = ();
+        let mut waiting = Box::pin(read(body(25), 100, limit, &mut second, &mut free));
+        assert!(futures_util::FutureExt::now_or_never(waiting.as_mut()).is_none());
+        assert_eq!(total.available_permits(), 75);
+        // Another address is served at once.
+        let mut other = BodyRoom::of_address(&conns[2], &rooms, b, &total);
+        let got = read(body(25), 100, limit, &mut other, &mut ()).await;
+        assert_eq!(got.map(|b| b.len()), Ok(25));
+        assert_eq!(total.available_permits(), 50);
+        assert_eq!(rooms.tracked(), 2);
+        // The first body's answer is made: the second gets its address's room.
+        drop(first);
+        assert_eq!(waiting.await.map(|b| b.len()), Ok(25));
+        drop(second);
+        drop(other);
+        assert_eq!(total.available_permits(), 100);
+        assert_eq!(rooms.tracked(), 0, "an address with no body keeps no entry");
     }
 }

@@ -2,9 +2,13 @@
 //!
 //! * `POST /ext/info`, the five P-chain paths and the P-chain's ProposerVM path: JSON-RPC. Any other method gets the node's 405,
 //!   a content type other than `application/json` its 415 (both as a node words them); then the
-//!   body is read within its limits ([`super::request_body`]) and handed, with who is calling, to
-//!   the layer below as an [`RpcRequest`]. Only what is parsed there is forwarded: the client's
-//!   headers and bytes never reach a node.
+//!   caller's quota speaks before its body is read: a caller known to be over it gets its 429 at
+//!   once (`"id":null`, nothing of the body read or echoed), and the body is charged by its size
+//!   ([`Limiter::body_units`]: the declared length up front, else as it arrives); then the body is
+//!   read within its limits and its connection's, address's and the gateway's room
+//!   ([`super::request_body`]) and handed, with who is calling, to the layer below as an
+//!   [`RpcRequest`]. Only what is parsed there is forwarded: the client's headers and bytes never
+//!   reach a node.
 //! * `POST /ext/health`: the node's health API over JSON-RPC, answered by [`super::admin`] from
 //!   the pool's state after the same checks as an RPC body (415, body limits, nesting depth) and a
 //!   charge to the caller's quota;
@@ -19,7 +23,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -29,15 +33,15 @@ use tokio::sync::Semaphore;
 use tower::{Layer, Service, ServiceExt};
 
 use super::admin::{Admin, Endpoint};
-use super::request_body::{self, BodyError, BodyRoom};
+use super::request_body::{self, AddressRooms, BodyError, BodyRoom, Meter};
 use super::trace::RequestLog;
 use super::{ConnInfo, HttpResponse, Surface, X_REQUEST_ID};
 use crate::call::{Caller, ClientId, RequestSummary};
-use crate::config::LimitsConfig;
+use crate::config::{ClientIpHeader, LimitsConfig};
 use crate::error::{Counted, ProxyError};
 use crate::jsonrpc::http::{media_type, INFO_PATH, PROPOSERVM_PATH, P_CHAIN_PATHS};
 use crate::methods::Family;
-use crate::ratelimit::{Admission, Limiter};
+use crate::ratelimit::{client, Admission, Limiter};
 
 /// The header an admin caller uses to pin a call to one upstream.
 pub const PIN_HEADER: &str = "x-snowgate-upstream";
@@ -76,8 +80,16 @@ pub struct Routes {
     pub(crate) limits: LimitsConfig,
     /// Room for request bodies over all connections (`limits.total_body_bytes`).
     pub(crate) body_room: Arc<Semaphore>,
+    /// Room for request bodies per client address (`limits.address_body_bytes`).
+    pub(crate) address_rooms: Arc<AddressRooms>,
+    /// Whose forwarded address is believed (`rate_limit.trusted_proxies`, `client_ip_header`):
+    /// the body room of a trusted proxy's request is its client's.
+    pub(crate) trusted_proxies: Vec<ipnet::IpNet>,
+    pub(crate) client_ip_header: ClientIpHeader,
     /// Where a JSON-RPC request refused here is recorded (the decoding layer records the rest).
     pub(crate) log: Arc<RequestLog>,
+    /// `snowgate_requests_total{method="-",outcome="rate_limited"}`, resolved on first use.
+    pub(crate) limited_unread: OnceLock<prometheus::IntCounter>,
 }
 
 impl Routes {
@@ -94,7 +106,8 @@ impl Routes {
     }
 
     /// Refuses a JSON-RPC request (a `POST` to an RPC path) that began at `started`, and records
-    /// it (the trace layer leaves those to the router and the decoding layer).
+    /// it (the trace layer leaves those to the router and the decoding layer). A refusal of the
+    /// call itself before its body was read (over quota) is counted as a call with no method.
     fn refuse_rpc(
         &self,
         e: &ProxyError,
@@ -102,6 +115,16 @@ impl Routes {
         client: IpAddr,
         headers: &HeaderMap,
     ) -> HttpResponse {
+        if let (Counted::Call, outcome) = e.counted() {
+            let requests = &self.admin.metrics.requests;
+            match e {
+                ProxyError::RateLimited { .. } => self
+                    .limited_unread
+                    .get_or_init(|| requests.with_label_values(&["-", outcome]))
+                    .inc(),
+                _ => requests.with_label_values(&["-", outcome]).inc(),
+            }
+        }
         let response = self.reject(e);
         let summary = RequestSummary {
             client: Some(client),
@@ -110,6 +133,24 @@ impl Routes {
         let id = headers.get(X_REQUEST_ID);
         self.log.finish(started, response.status(), id, &summary);
         response
+    }
+
+    /// The room for the bodies of a request from `peer` with `headers`: its connection's, its
+    /// address's (an IPv4 address or IPv6 /64; behind a trusted proxy, the client's it forwards)
+    /// and the gateway's.
+    fn body_room<'a>(&'a self, conn: &'a ConnInfo, headers: &HeaderMap) -> BodyRoom<'a> {
+        let address = client::client_ip(
+            conn.peer.ip(),
+            &self.trusted_proxies,
+            self.client_ip_header,
+            headers,
+        );
+        BodyRoom::of_address(
+            &conn.body_room,
+            &self.address_rooms,
+            address,
+            &self.body_room,
+        )
     }
 
     /// Who is calling: admin or not, pinning, and whose quota pays.
@@ -241,8 +282,8 @@ where
             let (parts, body) = req.into_parts();
             let caller = routes.caller(&parts.headers, conn.peer);
             // Held until the answer is made: the body's bytes live that long.
-            let mut room = BodyRoom::new(&conn.body_room, &routes.body_room);
-            let read = read_body(&routes, &conn, &caller, body, &mut room);
+            let mut room = routes.body_room(&conn, &parts.headers);
+            let read = read_rpc_body(&routes, &conn, &caller, body, &mut room);
             let body = match read.await {
                 Ok(body) => body,
                 Err(e) => {
@@ -250,6 +291,7 @@ where
                     return Ok(routes.refuse_rpc(&e, started, client, &parts.headers));
                 }
             };
+            let heavy = body.len() >= HEAVY_BODY;
             let rpc = RpcRequest {
                 family,
                 path,
@@ -257,10 +299,53 @@ where
                 caller,
                 started,
             };
-            let answer = inner.oneshot(rpc).await;
+            let answer = OffTheWorker::new(inner.oneshot(rpc), heavy).await;
             drop(room);
             answer
         })
+    }
+}
+
+/// A body this large takes milliseconds to decode and key (a 1 MiB body up to tens of them).
+const HEAVY_BODY: usize = 64 * 1024;
+
+pin_project_lite::pin_project! {
+    /// The call of a heavy body, polled inside `block_in_place` on a multi-threaded runtime:
+    /// while the body is decoded and keyed, the worker's other tasks move to another thread
+    /// instead of waiting behind it. (Tokio never lets another worker steal the task in a
+    /// worker's LIFO slot: an honest client's call woken there would wait out the whole parse.)
+    /// Light calls, and any call on a current-thread runtime, are polled as they are.
+    struct OffTheWorker<F> {
+        #[pin]
+        inner: F,
+        heavy: bool,
+    }
+}
+
+impl<F> OffTheWorker<F> {
+    fn new(inner: F, heavy: bool) -> OffTheWorker<F> {
+        let multi = || {
+            tokio::runtime::Handle::try_current()
+                .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+        };
+        OffTheWorker {
+            inner,
+            heavy: heavy && multi(),
+        }
+    }
+}
+
+impl<F: Future> Future for OffTheWorker<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        if *this.heavy {
+            let inner = this.inner;
+            tokio::task::block_in_place(|| inner.poll(cx))
+        } else {
+            this.inner.poll(cx)
+        }
     }
 }
 
@@ -278,8 +363,16 @@ fn json_content(headers: &HeaderMap) -> Result<(), ProxyError> {
     ))
 }
 
-/// Reads a JSON-RPC body within `limits` (size, time, the gateway's room).
-async fn read_body<B>(
+/// Reads a JSON-RPC body (an RPC path's, or the health API's) for `caller`, paid by its quota
+/// (admins and rate limiting off excepted). Before a byte is read, a caller known to be over its
+/// quota is refused ([`Limiter::before_body`]) and a declared length is charged
+/// ([`Limiter::body_units`], up to the caller's burst; this may wait on Redis as a call does);
+/// the rest is charged as the bytes arrive, without waiting, and a refusal stops the read.
+///
+/// A body left unread is never read as a next request: over HTTP/1.1 hyper reads what has already
+/// arrived and, if the body is not over, closes the connection after the answer; over HTTP/2 the
+/// stream is reset (`NO_ERROR`, RFC 9113 §8.1) once the answer is sent.
+async fn read_rpc_body<B>(
     routes: &Routes,
     conn: &ConnInfo,
     caller: &Caller,
@@ -289,16 +382,98 @@ async fn read_body<B>(
 where
     B: http_body::Body<Data = Bytes>,
 {
+    let Some(limiter) = routes.limiter.as_ref().filter(|_| !caller.admin) else {
+        let read = read_body(routes, body, room, &mut ()).await;
+        return read.map_err(|e| body_error(routes, conn, caller, e));
+    };
+    limiter.before_body(&caller.client)?;
+    let mut meter = SizeCharge {
+        limiter,
+        client: &caller.client,
+        charged: 0,
+        refusal: None,
+    };
+    let declared = body.size_hint().lower();
+    // A declared length over the limit is the read's 413, charged nothing.
+    if declared <= u64::try_from(routes.limits.body_bytes).unwrap_or(u64::MAX) {
+        // One charge can take at most the burst; the rest is charged as the bytes arrive.
+        let units = limiter
+            .body_units(declared)
+            .min(limiter.burst_units(&caller.client));
+        if units > 0 {
+            let admitted = match limiter.admit(&caller.client, units) {
+                Admission::Decided(verdict) => verdict,
+                Admission::Pending(decision) => decision.await,
+            };
+            admitted?;
+            meter.charged = units;
+        }
+    }
+    let read = read_body(routes, body, room, &mut meter).await;
+    read.map_err(|e| match (e, meter.refusal.take()) {
+        (BodyError::Refused, Some(refusal)) => refusal,
+        (e, _) => body_error(routes, conn, caller, e),
+    })
+}
+
+/// A caller's quota paying for its body by size as the bytes arrive (beyond what was charged up
+/// front), without waiting; what it refused with.
+struct SizeCharge<'a> {
+    limiter: &'a Arc<Limiter>,
+    client: &'a ClientId,
+    /// Units charged so far.
+    charged: u32,
+    refusal: Option<ProxyError>,
+}
+
+impl Meter for SizeCharge<'_> {
+    fn arrived(&mut self, total: u64) -> bool {
+        let due = self.limiter.body_units(total);
+        if due <= self.charged {
+            return true;
+        }
+        match self.limiter.charge_now(self.client, due - self.charged) {
+            Ok(()) => {
+                self.charged = due;
+                true
+            }
+            Err(e) => {
+                self.refusal = Some(e);
+                false
+            }
+        }
+    }
+}
+
+/// Reads a JSON-RPC body within `limits` (size, time, room), paid by `meter`.
+async fn read_body<B>(
+    routes: &Routes,
+    body: B,
+    room: &mut BodyRoom<'_>,
+    meter: &mut impl Meter,
+) -> Result<Bytes, BodyError>
+where
+    B: http_body::Body<Data = Bytes>,
+{
     let limits = &routes.limits;
-    let read = request_body::read(body, limits.body_bytes, limits.body_timeout, room);
-    read.await.map_err(|e| match e {
+    request_body::read(body, limits.body_bytes, limits.body_timeout, room, meter).await
+}
+
+/// The answer to a body that could not be read.
+fn body_error(routes: &Routes, conn: &ConnInfo, caller: &Caller, e: BodyError) -> ProxyError {
+    let limits = &routes.limits;
+    match e {
         BodyError::TooLarge => ProxyError::BodyTooLarge(limits.body_bytes),
         BodyError::Timeout => {
             tracing::debug!(request_id = caller.request_id(), peer = %conn.peer, "request body timed out");
             ProxyError::BodyTimeout(limits.body_timeout)
         }
         BodyError::Broken => ProxyError::BrokenBody,
-    })
+        // Only a meter refuses, and it says why; a quota refusal is all it can be.
+        BodyError::Refused => ProxyError::RateLimited {
+            retry_after_secs: 1,
+        },
+    }
 }
 
 /// `POST /ext/health`: the node's health API, answered here from the pool's state. The body
@@ -315,8 +490,8 @@ where
     }
     Box::pin(async move {
         let caller = routes.caller(req.headers(), conn.peer);
-        let mut room = BodyRoom::new(&conn.body_room, &routes.body_room);
-        let read = read_body(&routes, &conn, &caller, req.into_body(), &mut room);
+        let mut room = routes.body_room(&conn, req.headers());
+        let read = read_rpc_body(&routes, &conn, &caller, req.into_body(), &mut room);
         let body = match read.await {
             Ok(body) => body,
             Err(e) => return Ok(routes.reject(&e)),
@@ -397,6 +572,10 @@ mod tests {
                 ),
                 access: false,
             }),
+            address_rooms: Arc::new(AddressRooms::new(limits.address_body_bytes)),
+            trusted_proxies: Vec::new(),
+            client_ip_header: ClientIpHeader::default(),
+            limited_unread: OnceLock::new(),
             limits,
             body_room,
         })

@@ -325,6 +325,9 @@ pub struct Global {
     max_clients: usize,
     epoch: Instant,
     metrics: LeaseMetrics,
+    /// Woken when the lease table is full: the limiter's pruner forgets empty leases then, not the
+    /// request that found it full.
+    pub(super) prune_wanted: tokio::sync::Notify,
 }
 
 impl Global {
@@ -368,6 +371,7 @@ impl Global {
             max_clients: config.max_clients,
             epoch: Instant::now(),
             metrics: LeaseMetrics { leases },
+            prune_wanted: tokio::sync::Notify::new(),
         }
     }
 
@@ -394,10 +398,8 @@ impl Global {
                     return Some(l.clone());
                 }
                 if self.ips.len() >= self.max_clients {
-                    self.prune();
-                    if self.ips.len() >= self.max_clients {
-                        return Some(self.overflow.clone());
-                    }
+                    self.prune_wanted.notify_one();
+                    return Some(self.overflow.clone());
                 }
                 let lease = self.ips.entry(*ip).or_insert_with(|| {
                     let key = format!("{}ip:{ip}", self.prefix);
@@ -406,6 +408,19 @@ impl Global {
                 Some(lease.clone())
             }
         }
+    }
+
+    /// Units `client`'s lease holds now (0 without one). Adds no lease.
+    pub fn held(&self, client: &ClientId) -> u64 {
+        let lease = match client {
+            ClientId::Key(i) => self.keys.get(*i).cloned(),
+            ClientId::Ip(ip) => match self.ips.get(ip) {
+                Some(lease) => Some(lease.clone()),
+                None if self.ips.len() >= self.max_clients => Some(self.overflow.clone()),
+                None => None,
+            },
+        };
+        lease.map_or(0, |l| l.held())
     }
 
     /// Decides a call costing `units`: from the lease when it holds enough (a refill starts in the

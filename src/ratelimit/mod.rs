@@ -9,10 +9,18 @@
 //!   cached_cost_factor`. Quotas are kept in tenths of a unit so fractional costs are exact enough.
 //! * A call snowgate refuses itself (unparsable, unknown method, not allowed, over the batch or
 //!   nesting limits) costs `refused_cost`, charged by the front: nobody spins the parser for free.
-//! * Over quota: HTTP 429 with `Retry-After`, JSON-RPC -32005 with the client's id.
+//! * A request body costs one unit per `body_bytes_per_unit` (64 KiB) on top of its calls, charged
+//!   by the router before a byte of it is read when its length is declared, else as it arrives
+//!   ([`Limiter::body_units`]; a declared length up to the client's burst at once, the rest as the
+//!   bytes arrive).
+//! * Over quota: HTTP 429 with `Retry-After`, JSON-RPC -32005 with the client's id. A refusal is
+//!   remembered until the wait it gave has passed: until then the client's requests are refused by
+//!   the router before their body is read ([`Limiter::before_body`], `"id":null`), so a client over
+//!   its quota cannot make snowgate read or parse anything.
 //! * Memory is bounded: a client whose bucket has refilled is indistinguishable from a new one and
-//!   is forgotten (pruned every few seconds); past `max_clients` tracked addresses, new ones share
-//!   one overflow quota instead of growing the table.
+//!   is forgotten (pruned every few seconds, off the request path); past `max_clients` tracked
+//!   addresses, new ones share one overflow quota instead of growing the table, and the pruner is
+//!   woken (at most one prune a second).
 //!
 //! * With `[redis]` and `[rate_limit] scope = "global"`, each client has one quota across the
 //!   fleet, held in Redis ([`global`]); the buckets here then hold this instance's share
@@ -29,6 +37,7 @@ use std::future::Future;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -42,6 +51,7 @@ use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 use ipnet::IpNet;
 use prometheus::{IntCounterVec, IntGauge, Opts};
+use tokio::sync::Notify;
 use tower::{Layer, Service};
 
 use crate::call::{Answer, RpcCall};
@@ -80,10 +90,45 @@ type Direct = RateLimiter<
     governor::middleware::NoOpMiddleware<std::time::Instant>,
 >;
 
+/// A local bucket, and until when it is known to refuse.
+struct Bucket {
+    gcra: Direct,
+    /// The bucket refused a charge and said to wait until then (ms since the limiter's epoch):
+    /// until then the client is refused before its request is read.
+    denied_until_ms: AtomicU64,
+    /// The units of the last charge refused (with global quotas: a lease that has since received
+    /// that many may pay for the call again).
+    denied_units: AtomicU64,
+}
+
+impl Bucket {
+    fn new(quota: Quota) -> Bucket {
+        Bucket {
+            gcra: RateLimiter::direct_with_clock(quota, MonotonicClock),
+            denied_until_ms: AtomicU64::new(0),
+            denied_units: AtomicU64::new(0),
+        }
+    }
+
+    /// Remembers a refusal of `units` at `now_ms` that said to wait `wait`.
+    fn refused(&self, now_ms: u64, wait: Duration, units: u32) {
+        let wait = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.denied_units.store(u64::from(units), Ordering::Relaxed);
+        self.denied_until_ms
+            .fetch_max(now_ms.saturating_add(wait), Ordering::Relaxed);
+    }
+
+    /// How long the client is still refused without asking the bucket (`None`: ask it).
+    fn denied(&self, now_ms: u64) -> Option<Duration> {
+        let until = self.denied_until_ms.load(Ordering::Relaxed);
+        (until > now_ms).then(|| Duration::from_millis(until - now_ms))
+    }
+}
+
 /// One client address's bucket and when it was last charged.
 struct Tracked {
-    bucket: Direct,
-    last_ms: std::sync::atomic::AtomicU64,
+    bucket: Bucket,
+    last_ms: AtomicU64,
 }
 
 /// The quotas of every client (one per gateway).
@@ -93,11 +138,18 @@ pub struct Limiter {
     /// A bucket unused this long has refilled: forgetting it changes nothing.
     refill: Duration,
     epoch: std::time::Instant,
-    overflow: Direct,
+    overflow: Bucket,
     /// The keys of `[[rate_limit.keys]]`, and each one's quota at the same position.
     keys: KeySet,
-    per_key: Vec<Direct>,
+    per_key: Vec<Bucket>,
     max_clients: usize,
+    /// Woken when the client table is full: the pruner runs then instead of the request.
+    prune_wanted: Notify,
+    /// Bytes of request body per cost unit (`body_bytes_per_unit`).
+    body_bytes_per_unit: u64,
+    /// The most one body costs, in units: an address's burst, and each key's.
+    ip_burst: u32,
+    key_bursts: Vec<u32>,
     cached_cost_factor: f64,
     refused_cost: u32,
     trusted: Vec<IpNet>,
@@ -208,27 +260,23 @@ impl Limiter {
             refill,
             epoch: std::time::Instant::now(),
             // The overflow quota is shared by many: give it room for a few clients' worth.
-            overflow: RateLimiter::direct_with_clock(
-                quota(
-                    config.requests_per_second.saturating_mul(4),
-                    config.burst.saturating_mul(4),
-                    share,
-                    floor,
-                ),
-                MonotonicClock,
-            ),
+            overflow: Bucket::new(quota(
+                config.requests_per_second.saturating_mul(4),
+                config.burst.saturating_mul(4),
+                share,
+                floor,
+            )),
             keys: KeySet::new(config.keys.iter().map(|k| k.key.as_bytes())),
             per_key: config
                 .keys
                 .iter()
-                .map(|k| {
-                    RateLimiter::direct_with_clock(
-                        quota(k.requests_per_second, k.burst, share, floor),
-                        MonotonicClock,
-                    )
-                })
+                .map(|k| Bucket::new(quota(k.requests_per_second, k.burst, share, floor)))
                 .collect(),
             max_clients: config.max_clients,
+            prune_wanted: Notify::new(),
+            body_bytes_per_unit: u64::from(config.body_bytes_per_unit.max(1)),
+            ip_burst: config.burst,
+            key_bursts: config.keys.iter().map(|k| k.burst).collect(),
             cached_cost_factor: config.cached_cost_factor,
             refused_cost: config.refused_cost,
             trusted: config.trusted_proxies.clone(),
@@ -326,34 +374,77 @@ impl Limiter {
         self.units(self.refused_cost, false)
     }
 
+    /// The quota units a request body of `bytes` costs for its size: one cost unit per whole
+    /// `body_bytes_per_unit`.
+    pub fn body_units(&self, bytes: u64) -> u32 {
+        let units = bytes / self.body_bytes_per_unit;
+        self.units(u32::try_from(units).unwrap_or(u32::MAX), false)
+    }
+
+    /// `client`'s burst in quota units: the most one charge can ever take (a declared body's size
+    /// is charged up front up to it, the rest as the bytes arrive).
+    pub fn burst_units(&self, client: &ClientId) -> u32 {
+        let burst = match client {
+            ClientId::Key(i) => self.key_bursts.get(*i).copied().unwrap_or(0),
+            ClientId::Ip(_) => self.ip_burst,
+        };
+        self.units(burst, false)
+    }
+
     /// Charges `units` to `client`'s bucket here: its whole quota with local quotas, this
     /// instance's share with global ones (see [`Limiter::admit`] for the decision a call gets).
+    /// A refusal is remembered until the wait it gives (see [`Limiter::before_body`]).
     pub fn charge(&self, client: &ClientId, units: u32) -> Result<(), OverQuota> {
         let Some(n) = NonZeroU32::new(units) else {
             return Ok(());
         };
-        let outcome = match client {
-            ClientId::Key(i) => match self.per_key.get(*i) {
-                Some(l) => l.check_n(n),
-                None => Ok(Ok(())),
-            },
-            ClientId::Ip(ip) => self.charge_ip(*ip, n),
-        };
-        let kind = kind(client);
-        match outcome {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(not_until)) => {
-                self.refused(client, kind);
-                Err(OverQuota {
-                    retry_after: not_until.wait_time_from(self.clock.now()),
-                })
+        let now = self.now_ms();
+        let charged = self.with_bucket(client, now, |bucket| {
+            let wait = match bucket.gcra.check_n(n) {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(not_until)) => not_until.wait_time_from(self.clock.now()),
+                // Costs more than the whole burst: validation prevents it, refuse rather than panic.
+                Err(_) => Duration::from_secs(1),
+            };
+            bucket.refused(now, wait, units);
+            Err(wait)
+        });
+        match charged {
+            None | Some(Ok(())) => Ok(()),
+            Some(Err(retry_after)) => {
+                self.refused(client, kind(client));
+                Err(OverQuota { retry_after })
             }
-            // Costs more than the whole burst: validation prevents it, refuse rather than panic.
-            Err(_) => {
-                self.refused(client, kind);
-                Err(OverQuota {
-                    retry_after: Duration::from_secs(1),
-                })
+        }
+    }
+
+    /// Whether `client`, about to send a request, is known to be over its quota: a call or a body
+    /// of it was refused, and the wait it was given has not passed (with global quotas, unless its
+    /// lease has since received enough to pay for it). The router asks before reading the body,
+    /// so that a client over its quota costs no reading or parsing; the refusal is counted as any
+    /// other. Changes no bucket, and adds no client to the table. (Global quotas refused for want
+    /// of Redis, `on_redis_down = "deny"`, are answered after the body, with the call's id.)
+    pub fn before_body(&self, client: &ClientId) -> Result<(), ProxyError> {
+        let now = self.now_ms();
+        let denied = |bucket: &Bucket| {
+            let wait = bucket.denied(now)?;
+            // A refill that landed since may pay for the call refused (global quotas).
+            let leased = self.global.as_ref().map_or(0, |g| g.held(client));
+            (leased < bucket.denied_units.load(Ordering::Relaxed)).then_some(wait)
+        };
+        let denied = match client {
+            ClientId::Key(i) => self.per_key.get(*i).and_then(denied),
+            ClientId::Ip(ip) => match self.per_ip.get(ip) {
+                Some(t) => denied(&t.bucket),
+                None if self.per_ip.len() >= self.max_clients => denied(&self.overflow),
+                None => None,
+            },
+        };
+        match denied {
+            None => Ok(()),
+            Some(retry_after) => {
+                self.refused(client, kind(client));
+                Err(OverQuota { retry_after }.error())
             }
         }
     }
@@ -377,11 +468,16 @@ impl Limiter {
         }
     }
 
-    /// Charges a call snowgate refused itself ([`Limiter::refused_units`]) without waiting: from
-    /// the lease if there is one, else at this instance's share, debited to Redis in the
-    /// background (so that refused calls are never free, and never wait on Redis).
+    /// Charges a call snowgate refused itself ([`Limiter::refused_units`]) without waiting (see
+    /// [`Limiter::charge_now`]).
     pub fn charge_refused(self: &Arc<Self>, client: &ClientId) -> Result<(), ProxyError> {
-        let units = self.refused_units();
+        self.charge_now(client, self.refused_units())
+    }
+
+    /// Charges `units` without waiting: from the lease if there is one, else at this instance's
+    /// share, debited to Redis in the background (so that refused calls and a body's bytes as
+    /// they arrive are never free, and never wait on Redis).
+    pub fn charge_now(self: &Arc<Self>, client: &ClientId, units: u32) -> Result<(), ProxyError> {
         match &self.global {
             None => self.charge(client, units).map_err(|o| o.error()),
             Some(global) => match global.admit(client, units, false) {
@@ -398,6 +494,10 @@ impl Limiter {
             Verdict::Allowed => Ok(()),
             Verdict::Over(wait) => {
                 self.refused(client, kind(client));
+                // Remembered here, as a local refusal is: a lease Redis refused may still hold
+                // scraps, but a call it could not pay for was refused.
+                let now = self.now_ms();
+                self.with_bucket(client, now, |bucket| bucket.refused(now, wait, units));
                 Err(OverQuota { retry_after: wait }.error())
             }
             Verdict::Share => {
@@ -429,30 +529,32 @@ impl Limiter {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    fn charge_ip(
+    /// Runs `f` on `client`'s bucket (`None`: a key index out of range, which is not limited).
+    /// A new address gets its own bucket while the table has room, else shares the overflow one
+    /// and wakes the pruner: the request never prunes the table itself.
+    fn with_bucket<R>(
         &self,
-        ip: IpAddr,
-        n: NonZeroU32,
-    ) -> Result<
-        Result<(), governor::NotUntil<<MonotonicClock as Clock>::Instant>>,
-        governor::InsufficientCapacity,
-    > {
-        let now = self.now_ms();
+        client: &ClientId,
+        now: u64,
+        f: impl FnOnce(&Bucket) -> R,
+    ) -> Option<R> {
+        let ip = match client {
+            ClientId::Key(i) => return self.per_key.get(*i).map(f),
+            ClientId::Ip(ip) => *ip,
+        };
         if let Some(t) = self.per_ip.get(&ip) {
-            t.last_ms.store(now, std::sync::atomic::Ordering::Relaxed);
-            return t.bucket.check_n(n);
+            t.last_ms.store(now, Ordering::Relaxed);
+            return Some(f(&t.bucket));
         }
         if self.per_ip.len() >= self.max_clients {
-            self.prune();
-            if self.per_ip.len() >= self.max_clients {
-                return self.overflow.check_n(n);
-            }
+            self.prune_wanted.notify_one();
+            return Some(f(&self.overflow));
         }
         let entry = self.per_ip.entry(ip).or_insert_with(|| Tracked {
-            bucket: RateLimiter::direct_with_clock(self.ip_quota, MonotonicClock),
-            last_ms: std::sync::atomic::AtomicU64::new(now),
+            bucket: Bucket::new(self.ip_quota),
+            last_ms: AtomicU64::new(now),
         });
-        entry.bucket.check_n(n)
+        Some(f(&entry.bucket))
     }
 
     /// Forgets clients whose bucket has refilled (they are indistinguishable from new ones).
@@ -460,7 +562,8 @@ impl Limiter {
         let now = self.now_ms();
         let refill = u64::try_from(self.refill.as_millis()).unwrap_or(u64::MAX);
         self.per_ip.retain(|_, t| {
-            now.saturating_sub(t.last_ms.load(std::sync::atomic::Ordering::Relaxed)) < refill
+            now.saturating_sub(t.last_ms.load(Ordering::Relaxed)) < refill
+                || t.bucket.denied(now).is_some()
         });
         self.per_ip.shrink_to_fit();
         if let Some(global) = &self.global {
@@ -474,8 +577,9 @@ impl Limiter {
         self.per_ip.len() + self.global.as_ref().map_or(0, |g| g.tracked())
     }
 
-    /// Prunes every few seconds until `stop` flips; with global quotas, also gives idle leases
-    /// back to Redis.
+    /// Prunes every few seconds, and when a full table asks (at most once a second: a flood of
+    /// new addresses asks on every call), until `stop` flips; with global quotas, also gives idle
+    /// leases back to Redis.
     pub fn spawn_pruner(self: &Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
         if let Some(global) = &self.global {
             global.spawn_sweeper(stop.clone());
@@ -483,9 +587,27 @@ impl Limiter {
         let this = Arc::clone(self);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(5));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
+                let full = async {
+                    match &this.global {
+                        Some(global) => {
+                            tokio::select! {
+                                () = this.prune_wanted.notified() => {}
+                                () = global.prune_wanted.notified() => {}
+                            }
+                        }
+                        None => this.prune_wanted.notified().await,
+                    }
+                };
                 tokio::select! {
-                    _ = tick.tick() => this.prune(),
+                    _ = tick.tick() => {}
+                    () = full => {}
+                    _ = stop.changed() => return,
+                }
+                this.prune();
+                tokio::select! {
+                    () = tokio::time::sleep(MIN_PRUNE_GAP) => {}
                     _ = stop.changed() => return,
                 }
             }
@@ -493,7 +615,9 @@ impl Limiter {
     }
 }
 
-/// The metric label of a client's kind.
+/// The shortest time between two prunes (each walks the whole table).
+const MIN_PRUNE_GAP: Duration = Duration::from_secs(1);
+
 /// How many clients [`Limiter::most_refused`] keeps counts for.
 const REFUSALS_KEPT: usize = 1024;
 
@@ -507,6 +631,7 @@ fn key_label(key: &str) -> String {
     format!("key:{hex}")
 }
 
+/// The metric label of a client's kind.
 fn kind(client: &ClientId) -> &'static str {
     match client {
         ClientId::Key(_) => "key",
@@ -646,5 +771,85 @@ mod tests {
             let _ = l.charge(&ip, 10);
         }
         assert!(l.tracked() <= 3, "{}", l.tracked());
+    }
+
+    #[test]
+    fn a_refused_client_is_refused_before_its_body_until_its_wait_has_passed() {
+        let l = limiter(1, 10, 1.0);
+        let a = ClientId::Ip("192.0.2.1".parse().unwrap());
+        assert!(l.before_body(&a).is_ok());
+        assert!(l.charge(&a, 100).is_ok());
+        assert!(
+            l.before_body(&a).is_ok(),
+            "spent but never refused: its next call decides"
+        );
+        let over = l.charge(&a, 10).unwrap_err();
+        assert!(over.retry_after > Duration::ZERO);
+        assert!(matches!(
+            l.before_body(&a),
+            Err(ProxyError::RateLimited { .. })
+        ));
+        // Asking changes nothing for others, and adds nobody to the table.
+        let b = ClientId::Ip("192.0.2.2".parse().unwrap());
+        assert!(l.before_body(&b).is_ok());
+        assert_eq!(l.tracked(), 1);
+        // Both refusals (the charge and the one before the body) are counted.
+        assert_eq!(l.limited.with_label_values(&["ip"]).get(), 2);
+    }
+
+    #[test]
+    fn a_body_costs_a_unit_per_64_kib_and_a_charge_at_most_the_burst() {
+        let l = limiter(1, 10, 1.0);
+        assert_eq!(l.body_units(65_535), 0);
+        assert_eq!(l.body_units(65_536), 10);
+        assert_eq!(l.body_units(1 << 20), 160);
+        let a = ClientId::Ip("192.0.2.1".parse().unwrap());
+        assert_eq!(l.burst_units(&a), 100);
+    }
+
+    #[test]
+    fn a_full_table_is_not_pruned_by_the_request_that_finds_it_full() {
+        // Buckets refill in 110 ms: after that, every tracked client is forgettable.
+        let l = limiter(1000, 10, 1.0);
+        for i in 0..3u8 {
+            let ip = ClientId::Ip(IpAddr::from([198, 51, 100, i]));
+            assert!(l.charge(&ip, 10).is_ok());
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let new = ClientId::Ip("203.0.113.1".parse().unwrap());
+        assert!(l.charge(&new, 10).is_ok());
+        assert_eq!(l.tracked(), 3, "the request pruned the table, or grew it");
+        // The pruner does it (woken by the full table).
+        l.prune();
+        assert_eq!(l.tracked(), 0);
+        assert!(l.charge(&new, 10).is_ok());
+        assert_eq!(l.tracked(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_full_table_wakes_the_pruner() {
+        let l = limiter(1000, 10, 1.0);
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        l.spawn_pruner(stopped);
+        // The pruner's first tick is at once: fill the table after it.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        for i in 0..3u8 {
+            let ip = ClientId::Ip(IpAddr::from([198, 51, 100, i]));
+            assert!(l.charge(&ip, 10).is_ok());
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let new = ClientId::Ip("203.0.113.1".parse().unwrap());
+        assert!(l.charge(&new, 10).is_ok());
+        // Well before the pruner's next tick (5 s), with a generous margin for a slow machine.
+        let mut pruned = false;
+        for _ in 0..40 {
+            if l.tracked() == 0 {
+                pruned = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let _ = stop.send(true);
+        assert!(pruned, "a full table did not wake the pruner");
     }
 }
