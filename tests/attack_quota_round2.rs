@@ -9,7 +9,7 @@
 //! gateway (see their docs).
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::Duration;
