@@ -389,7 +389,7 @@ async fn two_addresses_filling_bodies_cannot_make_a_third_wait_for_room() {
 //   printf '[server]\nlisten = "127.0.0.1:9650"\n[admin]\napi_keys = ["test-admin-key-0123456789"]\n[[upstreams]]\nname = "n"\nurl = "http://127.0.0.1:9651"\n' > /tmp/load.toml
 //   target/release/snowgate serve --config /tmp/load.toml & echo $! > /tmp/gw.pid
 //   SNOWGATE_LOAD_URL=http://127.0.0.1:9650 SNOWGATE_LOAD_PID=$(cat /tmp/gw.pid) \
-//     cargo test --test attack_quota_round2 -- --ignored --nocapture --test-threads 1 load_
+//     cargo test --test integration -- --ignored --nocapture --test-threads 1 attack_quota_round2::load_
 //
 // (`SNOWGATE_LOAD_CONNECTIONS=0` runs the first without its load: the sampling client alone.)
 // Each prints the gateway's CPU over the window (utime + stime from /proc/PID/stat) and the

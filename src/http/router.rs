@@ -363,6 +363,9 @@ fn json_content(headers: &HeaderMap) -> Result<(), ProxyError> {
     ))
 }
 
+/// The longest a refusal before the body is held (see [`read_rpc_body`]).
+pub const REFUSAL_HOLD: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Reads a JSON-RPC body (an RPC path's, or the health API's) for `caller`, paid by its quota
 /// (admins and rate limiting off excepted). Before a byte is read, a caller known to be over its
 /// quota is refused ([`Limiter::before_body`]) and a declared length is charged
@@ -386,7 +389,15 @@ where
         let read = read_body(routes, body, room, &mut ()).await;
         return read.map_err(|e| body_error(routes, conn, caller, e));
     };
-    limiter.before_body(&caller.client)?;
+    if let Err(over) = limiter.before_body(&caller.client) {
+        // Held for half the wait it was given (at most [`REFUSAL_HOLD`]): a client flooding past
+        // its quota then gets a few refusals per connection per wait, not as many as it can
+        // send, and costs no CPU meanwhile (nothing of its body is read); the connection stays
+        // counted in `max_connections_per_ip`. Half, so that the refusal still comes before the
+        // wait is over: a client that asks again at once is refused again, as without the hold.
+        tokio::time::sleep((over.retry_after / 2).min(REFUSAL_HOLD)).await;
+        return Err(over.error());
+    }
     let mut meter = SizeCharge {
         limiter,
         client: &caller.client,

@@ -424,7 +424,7 @@ impl Limiter {
     /// so that a client over its quota costs no reading or parsing; the refusal is counted as any
     /// other. Changes no bucket, and adds no client to the table. (Global quotas refused for want
     /// of Redis, `on_redis_down = "deny"`, are answered after the body, with the call's id.)
-    pub fn before_body(&self, client: &ClientId) -> Result<(), ProxyError> {
+    pub fn before_body(&self, client: &ClientId) -> Result<(), OverQuota> {
         let now = self.now_ms();
         let denied = |bucket: &Bucket| {
             let wait = bucket.denied(now)?;
@@ -444,7 +444,7 @@ impl Limiter {
             None => Ok(()),
             Some(retry_after) => {
                 self.refused(client, kind(client));
-                Err(OverQuota { retry_after }.error())
+                Err(OverQuota { retry_after })
             }
         }
     }
@@ -785,10 +785,9 @@ mod tests {
         );
         let over = l.charge(&a, 10).unwrap_err();
         assert!(over.retry_after > Duration::ZERO);
-        assert!(matches!(
-            l.before_body(&a),
-            Err(ProxyError::RateLimited { .. })
-        ));
+        assert!(l
+            .before_body(&a)
+            .is_err_and(|o| o.retry_after > Duration::ZERO));
         // Asking changes nothing for others, and adds nobody to the table.
         let b = ClientId::Ip("192.0.2.2".parse().unwrap());
         assert!(l.before_body(&b).is_ok());
