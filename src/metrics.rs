@@ -395,7 +395,7 @@ impl Metrics {
         // `snowgate_request_duration_seconds`), `upstream` (the configured nodes:
         // `snowgate_upstream_requests_total`, `snowgate_upstream_state_changes_total`, whose
         // `reason` is also a node's fault category).
-        let zeros: [(&IntCounterVec, &[&[&str]]); 7] = [
+        let zeros: [(&IntCounterVec, &[&[&str]]); 8] = [
             (&config_reloads, &[RELOAD_RESULTS]),
             (&http_rejections, &[HTTP_REJECTIONS]),
             (&rate_limited, &[CLIENT_KINDS]),
@@ -403,14 +403,12 @@ impl Metrics {
             (&quota_leases, &[LEASE_RESULTS]),
             (&redis_errors, &[REDIS_OPS, REDIS_ERROR_KINDS]),
             (&shared_lookups, &[SHARED_LOOKUP_RESULTS]),
+            (&shared_writes, &[SHARED_WRITE_RESULTS]),
         ];
         for (vec, labels) in zeros {
             for_each_combination(labels, &mut |values| {
                 vec.with_label_values(values);
             });
-        }
-        for result in SHARED_WRITE_RESULTS {
-            shared_writes.with_label_values(&[result]);
         }
         // Both protocols are exposed from the start (at 0), so a dashboard's series exist before
         // the first connection of each.
@@ -881,6 +879,28 @@ mod tests {
                 .count()
         };
         assert_eq!((of("a"), of("b")), (25, 24), "reload keeps its one");
+    }
+
+    #[test]
+    fn a_part_is_exposed_once_shown_with_its_zeros() {
+        let m = Metrics::new();
+        let text = || String::from_utf8(m.render()).unwrap();
+        assert!(!text().contains("snowgate_redis_"), "{}", text());
+        assert!(text().contains("snowgate_config_reloads_total{result=\"error\"} 0\n"));
+        m.show(Part::Redis);
+        let shown = text();
+        assert!(shown.contains("snowgate_redis_up 0\n"), "{shown}");
+        for op in REDIS_OPS {
+            for kind in REDIS_ERROR_KINDS {
+                let series =
+                    format!("snowgate_redis_errors_total{{kind=\"{kind}\",op=\"{op}\"}} 0\n");
+                assert!(shown.contains(&series), "{series} in {shown}");
+            }
+        }
+        assert!(
+            !shown.contains("snowgate_shared_"),
+            "another part stays hidden"
+        );
     }
 
     #[test]

@@ -777,6 +777,28 @@ mod tests {
     }
 
     #[test]
+    fn a_limiter_rebuilt_on_the_same_metrics_counts_into_the_exposed_series() {
+        let metrics = Metrics::new();
+        let cfg = RateLimitConfig {
+            requests_per_second: 1,
+            burst: 1,
+            ..Default::default()
+        };
+        let a = ClientId::Ip("192.0.2.1".parse().unwrap());
+        for _ in 0..2 {
+            // As a reload that changes `[rate_limit]` does: a new limiter, the gateway's metrics.
+            let l = Limiter::new(&cfg, &metrics);
+            assert!(l.charge(&a, l.units(1, false)).is_ok());
+            assert!(l.charge(&a, l.units(1, false)).is_err());
+        }
+        let text = String::from_utf8(metrics.render()).unwrap();
+        assert!(
+            text.contains("snowgate_rate_limited_total{client=\"ip\"} 2\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn a_body_costs_a_unit_per_64_kib_and_a_charge_at_most_the_burst() {
         let l = limiter(1, 10, 1.0);
         assert_eq!(l.body_units(65_535), 0);
