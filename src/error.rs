@@ -586,6 +586,18 @@ mod tests {
     }
 
     #[test]
+    fn every_http_rejection_reason_is_exposed_from_the_start() {
+        for e in every_variant() {
+            if let (Counted::Http, reason) = e.counted() {
+                assert!(
+                    crate::metrics::HTTP_REJECTIONS.contains(&reason),
+                    "{reason} ({e:?}) missing from metrics::HTTP_REJECTIONS"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn node_worded_answers_are_text_and_the_rest_json() {
         for e in every_variant() {
             let r = e.response(Some(b"7"));

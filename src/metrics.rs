@@ -3,9 +3,13 @@
 //! Names and labels are part of the ops contract (dashboards are built on them): see the README.
 //! Labels never carry secrets or client-chosen strings other than registered method names.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use prometheus::core::Collector;
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 /// All of snowgate's collectors.
@@ -47,6 +51,40 @@ pub struct Metrics {
     pub config_loaded: IntGauge,
     /// Client connections open now, by protocol (`http1`, `http2`).
     pub open_connections: IntGaugeVec,
+    /// Cache lookups by method, class and result (shown with [`Part::Cache`]).
+    pub cache_lookups: IntCounterVec,
+    /// Requests that waited for an identical in-flight miss ([`Part::Cache`]).
+    pub cache_coalesced: IntCounter,
+    /// Entries evicted to stay within `max_bytes` ([`Part::Cache`]).
+    pub cache_evictions: IntCounter,
+    /// Entries in the cache ([`Part::Cache`]).
+    pub cache_entries: IntGauge,
+    /// Weighted bytes held by the cache ([`Part::Cache`]).
+    pub cache_bytes: IntGauge,
+    /// Immutable entries in the cache's read index ([`Part::Cache`]).
+    pub cache_indexed: IntGauge,
+    /// Calls refused over quota, by kind of client ([`Part::RateLimit`]).
+    pub rate_limited: IntCounterVec,
+    /// Client addresses tracked by the rate limiter ([`Part::RateLimit`]).
+    pub rate_limit_clients: IntGauge,
+    /// Calls decided without Redis under global quotas, by decision ([`Part::GlobalQuotas`]).
+    pub rate_limit_fallback: IntCounterVec,
+    /// Global quota leases by result ([`Part::GlobalQuotas`]).
+    pub quota_leases: IntCounterVec,
+    /// 1 while Redis answers (the breaker is closed) ([`Part::Redis`]).
+    pub redis_up: IntGauge,
+    /// The Redis circuit breaker's state ([`Part::Redis`]).
+    pub redis_breaker: IntGauge,
+    /// Redis commands that failed, by operation and kind ([`Part::Redis`]).
+    pub redis_errors: IntCounterVec,
+    /// Lookups in the shared cache tier, by result ([`Part::SharedCache`]).
+    pub shared_lookups: IntCounterVec,
+    /// Answers written to the shared cache tier, by result ([`Part::SharedCache`]).
+    pub shared_writes: IntCounterVec,
+    /// 1 once the shared cache tier was told two networks ([`Part::SharedCache`]).
+    pub shared_conflict: IntGauge,
+    /// Which [`Part`]s are shown.
+    shown: Arc<[AtomicBool; PARTS]>,
     /// The last events the status page lists (node state changes, reloads, Redis up and down).
     pub events: std::sync::Arc<EventLog>,
     /// When these metrics were made: the gateway's start, for its uptime.
@@ -58,6 +96,48 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The git commit snowgate was built from (12 hex digits, found by `build.rs`), or `unknown`
 /// outside a git checkout (`snowgate_build_info`'s `git_commit`).
 pub const GIT_COMMIT: &str = env!("SNOWGATE_GIT_COMMIT");
+
+/// A part of the gateway that not every gateway has. Its collectors are created and registered
+/// with all the others in [`Metrics::new`] (a reload that rebuilds the part hands the new one
+/// the same handles), but exposed only from when the part is first built ([`Metrics::show`]): a
+/// gateway without `[redis]` shows no Redis series, so that a dashboard's "no value" says "not
+/// configured" and never reads as Redis down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// The answer cache (`[cache] enabled`).
+    Cache,
+    /// A rate limiter (`[rate_limit] enabled`, at start or after a reload).
+    RateLimit,
+    /// Global quotas held in Redis.
+    GlobalQuotas,
+    /// The fleet's Redis (`[redis]`).
+    Redis,
+    /// The cache's Redis tier.
+    SharedCache,
+}
+
+const PARTS: usize = 5;
+
+/// The collectors of one [`Part`]: they describe themselves to the registry from the start (so a
+/// duplicate is refused at registration), and collect nothing until the part is shown.
+struct PartCollectors {
+    shown: Arc<[AtomicBool; PARTS]>,
+    part: Part,
+    collectors: Vec<Box<dyn Collector>>,
+}
+
+impl Collector for PartCollectors {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.collectors.iter().flat_map(|c| c.desc()).collect()
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        if !self.shown[self.part as usize].load(Ordering::Relaxed) {
+            return Vec::new();
+        }
+        self.collectors.iter().flat_map(|c| c.collect()).collect()
+    }
+}
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -208,7 +288,128 @@ impl Metrics {
             &["version", "git_commit"],
         )
         .expect("static metric definition is valid");
+        let cache_lookups = IntCounterVec::new(
+            Opts::new(
+                "snowgate_cache_requests_total",
+                "Cache lookups by method, class and result",
+            ),
+            &["method", "class", "result"],
+        )
+        .expect("static metric definition is valid");
+        let cache_coalesced = IntCounter::new(
+            "snowgate_cache_coalesced_total",
+            "Requests that waited for an identical in-flight miss instead of calling upstream",
+        )
+        .expect("static metric definition is valid");
+        let cache_evictions = IntCounter::new(
+            "snowgate_cache_evictions_total",
+            "Entries evicted to stay within max_bytes",
+        )
+        .expect("static metric definition is valid");
+        let cache_entries = IntGauge::new("snowgate_cache_entries", "Entries in the cache")
+            .expect("static metric definition is valid");
+        let cache_bytes = IntGauge::new("snowgate_cache_bytes", "Weighted bytes held by the cache")
+            .expect("static metric definition is valid");
+        let cache_indexed = IntGauge::new(
+            "snowgate_cache_indexed_entries",
+            "Immutable entries in the read index (a subset of snowgate_cache_entries)",
+        )
+        .expect("static metric definition is valid");
+        let rate_limited = IntCounterVec::new(
+            Opts::new(
+                "snowgate_rate_limited_total",
+                "Calls refused over quota, by kind of client",
+            ),
+            &["client"],
+        )
+        .expect("static metric definition is valid");
+        let rate_limit_clients = IntGauge::new(
+            "snowgate_rate_limit_clients",
+            "Client addresses tracked by the rate limiter",
+        )
+        .expect("static metric definition is valid");
+        let rate_limit_fallback = IntCounterVec::new(
+            Opts::new(
+                "snowgate_rate_limit_fallback_total",
+                "Calls decided without Redis under global quotas (Redis down, slow or failing), by decision",
+            ),
+            &["decision"],
+        )
+        .expect("static metric definition is valid");
+        let quota_leases = IntCounterVec::new(
+            Opts::new(
+                "snowgate_quota_leases_total",
+                "Global quota leases: granted by Redis, refused by it, returned to it unused",
+            ),
+            &["result"],
+        )
+        .expect("static metric definition is valid");
+        let redis_up = IntGauge::new(
+            "snowgate_redis_up",
+            "1 while the shared tier's Redis answers (the breaker is closed), else 0",
+        )
+        .expect("static metric definition is valid");
+        let redis_breaker = IntGauge::new(
+            "snowgate_redis_breaker_state",
+            "The Redis circuit breaker: 0 closed, 1 open, 2 half-open (probing)",
+        )
+        .expect("static metric definition is valid");
+        let redis_errors = IntCounterVec::new(
+            Opts::new(
+                "snowgate_redis_errors_total",
+                "Redis commands that failed, by operation and kind (timeout or error)",
+            ),
+            &["op", "kind"],
+        )
+        .expect("static metric definition is valid");
+        let shared_lookups = IntCounterVec::new(
+            Opts::new(
+                "snowgate_shared_cache_total",
+                "Lookups in the shared (Redis) cache tier after a memory miss, by result: hit, \
+                 miss, rejected (a value that failed the checks), error (Redis failed or timed \
+                 out), skipped (Redis down or the network not known yet)",
+            ),
+            &["result"],
+        )
+        .expect("static metric definition is valid");
+        let shared_writes = IntCounterVec::new(
+            Opts::new(
+                "snowgate_shared_writes_total",
+                "Answers written to the shared cache tier, by result: written, dropped (Redis \
+                 down or the write budget spent), too_large (over shared_max_bytes), failed",
+            ),
+            &["result"],
+        )
+        .expect("static metric definition is valid");
+        let shared_conflict = IntGauge::new(
+            "snowgate_shared_cache_network_conflict",
+            "1 once the shared cache tier was told two different networks (it then shares \
+             nothing until restarted), else 0",
+        )
+        .expect("static metric definition is valid");
         build_info.with_label_values(&[VERSION, GIT_COMMIT]).set(1);
+        // Counters of rare events are exposed at 0 from the start for every value their labels
+        // can take, so that a dashboard shows 0, not "no data", until the first one. Not done
+        // where the values come from the config or the traffic: `method` (the registry, which a
+        // reload may change: `snowgate_requests_total`, `snowgate_cache_requests_total`,
+        // `snowgate_request_duration_seconds`), `upstream` (the configured nodes:
+        // `snowgate_upstream_requests_total`, `snowgate_upstream_state_changes_total`, whose
+        // `reason` is also a node's fault category).
+        let zeros: [(&IntCounterVec, &[&[&str]]); 8] = [
+            (&config_reloads, &[RELOAD_RESULTS]),
+            (&http_rejections, &[HTTP_REJECTIONS]),
+            (&rate_limited, &[CLIENT_KINDS]),
+            (&rate_limit_fallback, &[FALLBACK_DECISIONS]),
+            (&quota_leases, &[LEASE_RESULTS]),
+            (&redis_errors, &[REDIS_OPS, REDIS_ERROR_KINDS]),
+            (&shared_lookups, &[SHARED_LOOKUP_RESULTS]),
+            (&shared_writes, &[SHARED_WRITE_RESULTS]),
+        ];
+        for (vec, labels) in zeros {
+            for_each_combination(labels, &mut |values| {
+                vec.with_label_values(values);
+            });
+        }
         // Both protocols are exposed from the start (at 0), so a dashboard's series exist before
         // the first connection of each.
         for protocol in ["http1", "http2"] {
@@ -238,6 +439,59 @@ impl Metrics {
                 .register(c)
                 .expect("each metric is registered once");
         }
+        let shown: Arc<[AtomicBool; PARTS]> = Arc::new(Default::default());
+        let parts: [(Part, Vec<Box<dyn Collector>>); PARTS] = [
+            (
+                Part::Cache,
+                vec![
+                    Box::new(cache_lookups.clone()),
+                    Box::new(cache_coalesced.clone()),
+                    Box::new(cache_evictions.clone()),
+                    Box::new(cache_entries.clone()),
+                    Box::new(cache_bytes.clone()),
+                    Box::new(cache_indexed.clone()),
+                ],
+            ),
+            (
+                Part::RateLimit,
+                vec![
+                    Box::new(rate_limited.clone()),
+                    Box::new(rate_limit_clients.clone()),
+                ],
+            ),
+            (
+                Part::GlobalQuotas,
+                vec![
+                    Box::new(rate_limit_fallback.clone()),
+                    Box::new(quota_leases.clone()),
+                ],
+            ),
+            (
+                Part::Redis,
+                vec![
+                    Box::new(redis_up.clone()),
+                    Box::new(redis_breaker.clone()),
+                    Box::new(redis_errors.clone()),
+                ],
+            ),
+            (
+                Part::SharedCache,
+                vec![
+                    Box::new(shared_lookups.clone()),
+                    Box::new(shared_writes.clone()),
+                    Box::new(shared_conflict.clone()),
+                ],
+            ),
+        ];
+        for (part, collectors) in parts {
+            registry
+                .register(Box::new(PartCollectors {
+                    shown: shown.clone(),
+                    part,
+                    collectors,
+                }))
+                .expect("each metric is registered once");
+        }
         // The process's own figures (memory, CPU, file descriptors, start time), read from /proc
         // at each scrape.
         #[cfg(target_os = "linux")]
@@ -265,14 +519,37 @@ impl Metrics {
             config_loaded,
             request_duration,
             open_connections,
+            cache_lookups,
+            cache_coalesced,
+            cache_evictions,
+            cache_entries,
+            cache_bytes,
+            cache_indexed,
+            rate_limited,
+            rate_limit_clients,
+            rate_limit_fallback,
+            quota_leases,
+            redis_up,
+            redis_breaker,
+            redis_errors,
+            shared_lookups,
+            shared_writes,
+            shared_conflict,
+            shown,
             events: std::sync::Arc::new(EventLog::default()),
             started: std::time::Instant::now(),
         }
     }
 
-    /// The registry, for layers that add their own collectors.
+    /// The registry (every collector is registered in [`Metrics::new`]).
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    /// Exposes `part`'s metrics from now on (its builder calls this; a part is never hidden
+    /// again, its counters keep their history across reloads).
+    pub fn show(&self, part: Part) {
+        self.shown[part as usize].store(true, Ordering::Relaxed);
     }
 
     /// The text exposition of every metric.
@@ -466,6 +743,59 @@ impl HistogramTable {
     }
 }
 
+/// Calls `f` with every combination of one value from each list of `labels`, in order.
+fn for_each_combination(labels: &[&[&str]], f: &mut dyn FnMut(&[&str])) {
+    fn go<'a>(labels: &[&[&'a str]], prefix: &mut Vec<&'a str>, f: &mut dyn FnMut(&[&str])) {
+        let Some((first, rest)) = labels.split_first() else {
+            return f(prefix);
+        };
+        for value in *first {
+            prefix.push(value);
+            go(rest, prefix, f);
+            prefix.pop();
+        }
+    }
+    go(labels, &mut Vec::new(), f);
+}
+
+/// The values of the `result` label of `snowgate_config_reloads_total`.
+pub const RELOAD_RESULTS: &[&str] = &["ok", "error"];
+
+/// The values of the `reason` label of `snowgate_http_rejections_total` (a unit test of
+/// `crate::error` checks every reason counted is here).
+pub const HTTP_REJECTIONS: &[&str] = &[
+    "not_found",
+    "method_not_allowed",
+    "unsupported_media_type",
+    "body_too_large",
+    "body_timeout",
+    "body_error",
+    "unauthorized",
+    "bad_admin_request",
+    "connection_limit",
+];
+
+/// The values of the `client` label of `snowgate_rate_limited_total`.
+pub const CLIENT_KINDS: &[&str] = &["ip", "key"];
+
+/// The values of the `decision` label of `snowgate_rate_limit_fallback_total`.
+pub const FALLBACK_DECISIONS: &[&str] = &["allowed", "denied"];
+
+/// The values of the `result` label of `snowgate_quota_leases_total`.
+pub const LEASE_RESULTS: &[&str] = &["granted", "refused", "returned"];
+
+/// The values of the `op` label of `snowgate_redis_errors_total`.
+pub const REDIS_OPS: &[&str] = &["cache_get", "cache_set", "ping", "quota"];
+
+/// The values of the `kind` label of `snowgate_redis_errors_total`.
+pub const REDIS_ERROR_KINDS: &[&str] = &["timeout", "error"];
+
+/// The values of the `result` label of `snowgate_shared_cache_total`.
+pub const SHARED_LOOKUP_RESULTS: &[&str] = &["hit", "miss", "rejected", "error", "skipped"];
+
+/// The values of the `result` label of `snowgate_shared_writes_total`.
+pub const SHARED_WRITE_RESULTS: &[&str] = &["written", "dropped", "too_large", "failed"];
+
 /// The values of the `outcome` label of `snowgate_requests_total`.
 pub const OUTCOMES: &[&str] = &[
     "ok",
@@ -549,6 +879,28 @@ mod tests {
                 .count()
         };
         assert_eq!((of("a"), of("b")), (25, 24), "reload keeps its one");
+    }
+
+    #[test]
+    fn a_part_is_exposed_once_shown_with_its_zeros() {
+        let m = Metrics::new();
+        let text = || String::from_utf8(m.render()).unwrap();
+        assert!(!text().contains("snowgate_redis_"), "{}", text());
+        assert!(text().contains("snowgate_config_reloads_total{result=\"error\"} 0\n"));
+        m.show(Part::Redis);
+        let shown = text();
+        assert!(shown.contains("snowgate_redis_up 0\n"), "{shown}");
+        for op in REDIS_OPS {
+            for kind in REDIS_ERROR_KINDS {
+                let series =
+                    format!("snowgate_redis_errors_total{{kind=\"{kind}\",op=\"{op}\"}} 0\n");
+                assert!(shown.contains(&series), "{series} in {shown}");
+            }
+        }
+        assert!(
+            !shown.contains("snowgate_shared_"),
+            "another part stays hidden"
+        );
     }
 
     #[test]

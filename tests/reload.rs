@@ -438,6 +438,98 @@ async fn a_changed_rate_limit_applies_to_the_next_call() {
     gw.shutdown().await;
 }
 
+/// `snowgate_rate_limited_total{client="ip"}` on the gateway at `url` (0 when not exposed).
+async fn limited_total(url: &str) -> f64 {
+    support::get_metrics(url)
+        .await
+        .lines()
+        .find_map(|l| l.strip_prefix("snowgate_rate_limited_total{client=\"ip\"} "))
+        .map_or(0.0, |v| v.trim().parse().unwrap())
+}
+
+/// Calls until one is refused (429), at most 100; how many were refused (0 or 1).
+async fn until_refused(url: &str) -> u32 {
+    for _ in 0..100 {
+        if height(url).await.status == 429 {
+            return 1;
+        }
+    }
+    0
+}
+
+/// The limiter a reload builds counts into the series the gateway exposes (issue 24, bug 1: its
+/// collectors were refused by the registry as duplicates, so every rate-limit metric, and the
+/// status page's 429 rate, stood still after the first reload that changed `[rate_limit]`).
+#[tokio::test]
+async fn refusals_after_a_reload_that_changes_the_quota_are_counted() {
+    let quota = |rps: u32| {
+        format!("[cache]\nenabled = false\n[rate_limit]\nrequests_per_second = {rps}\nburst = 10\n")
+    };
+    let Reloadable {
+        _net,
+        nodes: _nodes,
+        named,
+        path,
+        gw,
+    } = reloadable("reload-limited-metrics", 1, 1, &quota(1)).await;
+    let url = gw.url();
+    assert_eq!(
+        until_refused(&url).await,
+        1,
+        "the first quota refused a call"
+    );
+    let before = limited_total(&url).await;
+    assert!(before >= 1.0, "{before}");
+
+    write(&path, &config_text(&named, &quota(2)));
+    let report = gw.reload().await.unwrap();
+    assert!(
+        report.changed.contains(&"rate_limit".to_string()),
+        "{report:?}"
+    );
+    let mut refused = 0;
+    for _ in 0..3 {
+        refused += until_refused(&url).await;
+    }
+    assert_eq!(refused, 3, "the new quota refused calls");
+    let after = limited_total(&url).await;
+    assert!(
+        after >= before + 3.0,
+        "snowgate_rate_limited_total stood still after the reload: {before} then {after}"
+    );
+
+    // The status page reads the same counters: once every refusal so far is out of its window
+    // (10 s), it shows 429s again only if the new limiter's are counted where it reads.
+    let limited_per_second = |url: String| async move {
+        support::window::status_json(&url, Some(ADMIN_KEY)).await["rateLimit"]["limitedPerSecond"]
+            .as_f64()
+            .unwrap()
+    };
+    let mut seen = Vec::new();
+    for want_some in [true, false] {
+        let start = std::time::Instant::now();
+        loop {
+            let rate = limited_per_second(url.clone()).await;
+            if (rate > 0.0) == want_some {
+                seen.push(rate);
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "{seen:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    assert_eq!(until_refused(&url).await, 1);
+    let start = std::time::Instant::now();
+    while limited_per_second(url.clone()).await == 0.0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the status page shows no 429s after the reload"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    gw.shutdown().await;
+}
+
 /// A limiter a reload keeps keeps its housekeeping: idle clients are still pruned (every 5 s).
 #[tokio::test]
 async fn a_kept_limiter_keeps_pruning_idle_clients() {

@@ -59,7 +59,7 @@ use dashmap::DashMap;
 use futures_util::future::{self, Either, FutureExt, Ready};
 use moka::future::Cache as Moka;
 use moka::notification::RemovalCause;
-use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
+use prometheus::{IntCounter, IntCounterVec, IntGauge};
 use tower::{Layer, Service, ServiceExt};
 use tracing::Instrument;
 
@@ -218,45 +218,8 @@ const LOOKUP_RESULTS: &[&str] = &["hit", "miss", "bypass"];
 
 impl CacheMetrics {
     fn new(metrics: &Metrics, methods: usize) -> CacheMetrics {
-        let lookups = IntCounterVec::new(
-            Opts::new(
-                "snowgate_cache_requests_total",
-                "Cache lookups by method, class and result",
-            ),
-            &["method", "class", "result"],
-        )
-        .expect("static metric definition is valid");
-        let coalesced = IntCounter::new(
-            "snowgate_cache_coalesced_total",
-            "Requests that waited for an identical in-flight miss instead of calling upstream",
-        )
-        .expect("static metric definition is valid");
-        let evictions = IntCounter::new(
-            "snowgate_cache_evictions_total",
-            "Entries evicted to stay within max_bytes",
-        )
-        .expect("static metric definition is valid");
-        let entries = IntGauge::new("snowgate_cache_entries", "Entries in the cache")
-            .expect("static metric definition is valid");
-        let bytes = IntGauge::new("snowgate_cache_bytes", "Weighted bytes held by the cache")
-            .expect("static metric definition is valid");
-        let indexed = IntGauge::new(
-            "snowgate_cache_indexed_entries",
-            "Immutable entries in the read index (a subset of snowgate_cache_entries)",
-        )
-        .expect("static metric definition is valid");
-        let registry = metrics.registry();
-        for c in [
-            Box::new(lookups.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(coalesced.clone()),
-            Box::new(evictions.clone()),
-            Box::new(entries.clone()),
-            Box::new(bytes.clone()),
-            Box::new(indexed.clone()),
-        ] {
-            // A second gateway in the same process registers in its own registry: never fails.
-            let _ = registry.register(c);
-        }
+        metrics.show(crate::metrics::Part::Cache);
+        let lookups = metrics.cache_lookups.clone();
         CacheMetrics {
             lookups: arc_swap::ArcSwap::from_pointee(crate::metrics::CounterTable::new(
                 lookups.clone(),
@@ -264,11 +227,11 @@ impl CacheMetrics {
                 LOOKUP_RESULTS,
             )),
             lookups_vec: lookups,
-            coalesced,
-            evictions,
-            entries,
-            bytes,
-            indexed,
+            coalesced: metrics.cache_coalesced.clone(),
+            evictions: metrics.cache_evictions.clone(),
+            entries: metrics.cache_entries.clone(),
+            bytes: metrics.cache_bytes.clone(),
+            indexed: metrics.cache_indexed.clone(),
         }
     }
 }

@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use prometheus::{IntCounterVec, IntGauge, Opts};
+use prometheus::{IntCounterVec, IntGauge};
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 
@@ -273,34 +273,7 @@ impl SharedCache {
         max_answer: usize,
         metrics: &Metrics,
     ) -> SharedCache {
-        let lookups = IntCounterVec::new(
-            Opts::new(
-                "snowgate_shared_cache_total",
-                "Lookups in the shared (Redis) cache tier after a memory miss, by result: hit, \
-                 miss, rejected (a value that failed the checks), error (Redis failed or timed \
-                 out), skipped (Redis down or the network not known yet)",
-            ),
-            &["result"],
-        )
-        .expect("static metric definition is valid");
-        let written = IntCounterVec::new(
-            Opts::new(
-                "snowgate_shared_writes_total",
-                "Answers written to the shared cache tier, by result: written, dropped (Redis \
-                 down or the write budget spent), too_large (over shared_max_bytes), failed",
-            ),
-            &["result"],
-        )
-        .expect("static metric definition is valid");
-        let conflict = IntGauge::new(
-            "snowgate_shared_cache_network_conflict",
-            "1 once the shared cache tier was told two different networks (it then shares \
-             nothing until restarted), else 0",
-        )
-        .expect("static metric definition is valid");
-        let _ = metrics.registry().register(Box::new(lookups.clone()));
-        let _ = metrics.registry().register(Box::new(written.clone()));
-        let _ = metrics.registry().register(Box::new(conflict.clone()));
+        metrics.show(crate::metrics::Part::SharedCache);
         SharedCache {
             network: NetworkScope::new(shared.prefix()),
             shared,
@@ -308,9 +281,9 @@ impl SharedCache {
             max_answer,
             read: redis::Script::new(READ),
             writes: Arc::new(Semaphore::new(WRITE_BUDGET)),
-            lookups,
-            written,
-            conflict,
+            lookups: metrics.shared_lookups.clone(),
+            written: metrics.shared_writes.clone(),
+            conflict: metrics.shared_conflict.clone(),
         }
     }
 

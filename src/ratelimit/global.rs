@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
-use prometheus::{IntCounterVec, Opts};
+use prometheus::IntCounterVec;
 use redis::Script;
 use sha2::{Digest, Sha256};
 
@@ -333,15 +333,6 @@ pub struct Global {
 impl Global {
     /// Global quotas for `config`'s clients, held in `shared`.
     pub fn new(config: &RateLimitConfig, shared: Arc<Shared>, metrics: &Metrics) -> Global {
-        let leases = IntCounterVec::new(
-            Opts::new(
-                "snowgate_quota_leases_total",
-                "Global quota leases: granted by Redis, refused by it, returned to it unused",
-            ),
-            &["result"],
-        )
-        .expect("static metric definition is valid");
-        let _ = metrics.registry().register(Box::new(leases.clone()));
         let n = config.expected_instances;
         let prefix = format!("{}q:", shared.prefix());
         let keys = config
@@ -370,7 +361,9 @@ impl Global {
             keys,
             max_clients: config.max_clients,
             epoch: Instant::now(),
-            metrics: LeaseMetrics { leases },
+            metrics: LeaseMetrics {
+                leases: metrics.quota_leases.clone(),
+            },
             prune_wanted: tokio::sync::Notify::new(),
         }
     }

@@ -50,7 +50,7 @@ use governor::clock::{Clock, MonotonicClock};
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 use ipnet::IpNet;
-use prometheus::{IntCounterVec, IntGauge, Opts};
+use prometheus::{IntCounterVec, IntGauge};
 use tokio::sync::Notify;
 use tower::{Layer, Service};
 
@@ -60,7 +60,7 @@ use crate::config::OnRedisDown;
 use crate::error::ProxyError;
 use crate::keys::{self, KeySet};
 use crate::methods::Registry;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Part};
 use crate::shared::Shared;
 pub use client::ClientIpHeader;
 // The section lives with the rest of the config; tests and benches still name it here.
@@ -217,32 +217,12 @@ impl Limiter {
         global: Option<Arc<Global>>,
         floor: u32,
     ) -> Arc<Limiter> {
-        let limited = IntCounterVec::new(
-            Opts::new(
-                "snowgate_rate_limited_total",
-                "Calls refused over quota, by kind of client",
-            ),
-            &["client"],
-        )
-        .expect("static metric definition is valid");
-        let clients = IntGauge::new(
-            "snowgate_rate_limit_clients",
-            "Client addresses tracked by the rate limiter",
-        )
-        .expect("static metric definition is valid");
-        let _ = metrics.registry().register(Box::new(limited.clone()));
-        let _ = metrics.registry().register(Box::new(clients.clone()));
+        // The collectors are the gateway's (made once, at start): a limiter rebuilt by a reload
+        // counts into the same series.
+        metrics.show(Part::RateLimit);
         let fallback = global.as_ref().map(|_| {
-            let fallback = IntCounterVec::new(
-                Opts::new(
-                    "snowgate_rate_limit_fallback_total",
-                    "Calls decided without Redis under global quotas (Redis down, slow or failing), by decision",
-                ),
-                &["decision"],
-            )
-            .expect("static metric definition is valid");
-            let _ = metrics.registry().register(Box::new(fallback.clone()));
-            fallback
+            metrics.show(Part::GlobalQuotas);
+            metrics.rate_limit_fallback.clone()
         });
         // Global quotas keep this instance's share here; local ones the whole quota.
         let share = if global.is_some() {
@@ -282,10 +262,10 @@ impl Limiter {
             trusted: config.trusted_proxies.clone(),
             client_ip_header: config.client_ip_header,
             clock: MonotonicClock,
-            limited,
+            limited: metrics.rate_limited.clone(),
             refusals: parking_lot::Mutex::new(std::collections::HashMap::new()),
             key_labels: config.keys.iter().map(|k| key_label(&k.key)).collect(),
-            clients,
+            clients: metrics.rate_limit_clients.clone(),
             global,
             on_redis_down: config.on_redis_down,
             fallback,
@@ -794,6 +774,28 @@ mod tests {
         assert_eq!(l.tracked(), 1);
         // Both refusals (the charge and the one before the body) are counted.
         assert_eq!(l.limited.with_label_values(&["ip"]).get(), 2);
+    }
+
+    #[test]
+    fn a_limiter_rebuilt_on_the_same_metrics_counts_into_the_exposed_series() {
+        let metrics = Metrics::new();
+        let cfg = RateLimitConfig {
+            requests_per_second: 1,
+            burst: 1,
+            ..Default::default()
+        };
+        let a = ClientId::Ip("192.0.2.1".parse().unwrap());
+        for _ in 0..2 {
+            // As a reload that changes `[rate_limit]` does: a new limiter, the gateway's metrics.
+            let l = Limiter::new(&cfg, &metrics);
+            assert!(l.charge(&a, l.units(1, false)).is_ok());
+            assert!(l.charge(&a, l.units(1, false)).is_err());
+        }
+        let text = String::from_utf8(metrics.render()).unwrap();
+        assert!(
+            text.contains("snowgate_rate_limited_total{client=\"ip\"} 2\n"),
+            "{text}"
+        );
     }
 
     #[test]

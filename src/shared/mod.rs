@@ -27,7 +27,7 @@ pub mod breaker;
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus::{IntCounterVec, IntGauge, Opts};
+use prometheus::{IntCounterVec, IntGauge};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -119,37 +119,12 @@ struct SharedMetrics {
 
 impl SharedMetrics {
     fn new(metrics: &Metrics) -> SharedMetrics {
-        let up = IntGauge::new(
-            "snowgate_redis_up",
-            "1 while the shared tier's Redis answers (the breaker is closed), else 0",
-        )
-        .expect("static metric definition is valid");
-        let breaker = IntGauge::new(
-            "snowgate_redis_breaker_state",
-            "The Redis circuit breaker: 0 closed, 1 open, 2 half-open (probing)",
-        )
-        .expect("static metric definition is valid");
-        let errors = IntCounterVec::new(
-            Opts::new(
-                "snowgate_redis_errors_total",
-                "Redis commands that failed, by operation and kind (timeout or error)",
-            ),
-            &["op", "kind"],
-        )
-        .expect("static metric definition is valid");
-        let registry = metrics.registry();
-        for c in [
-            Box::new(up.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(breaker.clone()),
-            Box::new(errors.clone()),
-        ] {
-            let _ = registry.register(c);
-        }
+        metrics.show(crate::metrics::Part::Redis);
         SharedMetrics {
             events: metrics.events.clone(),
-            up,
-            breaker,
-            errors,
+            up: metrics.redis_up.clone(),
+            breaker: metrics.redis_breaker.clone(),
+            errors: metrics.redis_errors.clone(),
         }
     }
 }
