@@ -380,11 +380,16 @@ impl Generation {
         // Likewise each address's: the bodies in flight give their room back where they took it.
         let address_rooms = match previous {
             Some((prev, old))
-                if old.limits.address_body_bytes == config.limits.address_body_bytes =>
+                if old.limits.address_body_bytes == config.limits.address_body_bytes
+                    && old.limits.max_connections_per_ip
+                        == config.limits.max_connections_per_ip =>
             {
                 prev.address_rooms.clone()
             }
-            _ => Arc::new(AddressRooms::new(config.limits.address_body_bytes)),
+            _ => Arc::new(AddressRooms::new(
+                config.limits.address_body_bytes,
+                config.limits.max_connections_per_ip * crate::server::H2_MAX_STREAMS as usize,
+            )),
         };
         Generation {
             registry,

@@ -145,10 +145,17 @@ impl Routes {
             self.client_ip_header,
             headers,
         );
+        // The address's own connection, or a trusted proxy's (whose connections are not capped
+        // per address, so its clients' small bodies are counted too).
+        let direct = !self
+            .trusted_proxies
+            .iter()
+            .any(|net| net.contains(&client::canonical(conn.peer.ip())));
         BodyRoom::of_address(
             &conn.body_room,
             &self.address_rooms,
             address,
+            direct,
             &self.body_room,
         )
     }
@@ -583,7 +590,10 @@ mod tests {
                 ),
                 access: false,
             }),
-            address_rooms: Arc::new(AddressRooms::new(limits.address_body_bytes)),
+            address_rooms: Arc::new(AddressRooms::new(
+                limits.address_body_bytes,
+                limits.max_connections_per_ip * 64,
+            )),
             trusted_proxies: Vec::new(),
             client_ip_header: ClientIpHeader::default(),
             limited_unread: OnceLock::new(),
