@@ -134,6 +134,9 @@ struct Tracked {
 /// The quotas of every client (one per gateway).
 pub struct Limiter {
     per_ip: DashMap<IpAddr, Tracked>,
+    /// The latest end of any client's refusal (ms since `epoch`): while it is past, no client is
+    /// refused before its body, and [`Limiter::before_body`] looks nobody up.
+    denied_until_ms: AtomicU64,
     ip_quota: Quota,
     /// A bucket unused this long has refilled: forgetting it changes nothing.
     refill: Duration,
@@ -236,6 +239,7 @@ impl Limiter {
         ) + Duration::from_millis(100);
         Arc::new(Limiter {
             per_ip: DashMap::new(),
+            denied_until_ms: AtomicU64::new(0),
             ip_quota: q,
             refill,
             epoch: std::time::Instant::now(),
@@ -387,6 +391,7 @@ impl Limiter {
                 Err(_) => Duration::from_secs(1),
             };
             bucket.refused(now, wait, units);
+            self.note_denial(now, wait);
             Err(wait)
         });
         match charged {
@@ -406,6 +411,10 @@ impl Limiter {
     /// of Redis, `on_redis_down = "deny"`, are answered after the body, with the call's id.)
     pub fn before_body(&self, client: &ClientId) -> Result<(), OverQuota> {
         let now = self.now_ms();
+        // Nobody refused lately: the common case costs one load, not a lookup.
+        if self.denied_until_ms.load(Ordering::Relaxed) <= now {
+            return Ok(());
+        }
         let denied = |bucket: &Bucket| {
             let wait = bucket.denied(now)?;
             // A refill that landed since may pay for the call refused (global quotas).
@@ -478,6 +487,7 @@ impl Limiter {
                 // scraps, but a call it could not pay for was refused.
                 let now = self.now_ms();
                 self.with_bucket(client, now, |bucket| bucket.refused(now, wait, units));
+                self.note_denial(now, wait);
                 Err(OverQuota { retry_after: wait }.error())
             }
             Verdict::Share => {
@@ -503,6 +513,13 @@ impl Limiter {
                 decision
             }
         }
+    }
+
+    /// Notes a refusal that lasts `wait` from `now` for [`Limiter::before_body`]'s shortcut.
+    fn note_denial(&self, now: u64, wait: Duration) {
+        let wait = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.denied_until_ms
+            .fetch_max(now.saturating_add(wait), Ordering::Relaxed);
     }
 
     fn now_ms(&self) -> u64 {
