@@ -370,7 +370,7 @@ fn json_content(headers: &HeaderMap) -> Result<(), ProxyError> {
     ))
 }
 
-/// The longest a refusal before the body is held (see [`read_rpc_body`]).
+/// The longest a refusal before the body is held (see `read_rpc_body`).
 pub const REFUSAL_HOLD: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Reads a JSON-RPC body (an RPC path's, or the health API's) for `caller`, paid by its quota

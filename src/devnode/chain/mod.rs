@@ -3,7 +3,7 @@
 //! One [`Chain`] is shared by the devnodes of a simulated network (behind an `RwLock`): the
 //! server calls [`Chain::call`] with a [`View`] (the calling node's identity, whether it is
 //! bootstrapped, and an optional height cap for a lagging node) and writes the compact `result`
-//! JSON it returns; a ticker calls [`Chain::advance`] to produce blocks.
+//! JSON it returns; a ticker (and a call that finds a block due) calls [`Chain::catch_up`] to produce blocks.
 //!
 //! * [`codec`]: CB58, bech32 addresses, hex with checksum, RFC 3339.
 //! * [`args`]: params decoded with Go's rules (typed getters; mismatches are [`CallError::BadArgs`]).
