@@ -79,6 +79,11 @@ pub enum ProxyError {
     /// `limits.max_connections_per_ip` from one address): answered and closed at once.
     #[error("too many open connections{}, retry later", if *per_address { " from this address" } else { "" })]
     ConnectionLimit { per_address: bool },
+    /// An answer for an HTTP/2 connection whose client address has left
+    /// `limits.address_answer_bytes` of answers unread (or all clients `total_answer_bytes`),
+    /// while this connection has one unread already.
+    #[error("too many answers not read from this address, read them and retry")]
+    AnswersUnread,
     /// An admin endpoint without a valid admin key.
     #[error("admin key required")]
     Unauthorized,
@@ -220,7 +225,8 @@ impl ProxyError {
             | UpstreamTimeout { .. }
             | UpstreamUnavailable { .. }
             | BadUpstreamAnswer { .. }
-            | ConnectionLimit { .. } => -32603,
+            | ConnectionLimit { .. }
+            | AnswersUnread => -32603,
         })
     }
 
@@ -249,9 +255,11 @@ impl ProxyError {
             | TooLargeForNode(_)
             | RefusedAsTooLarge { .. } => StatusCode::OK,
             RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            NoHealthyUpstream | Overloaded | QuotaUnavailable | ConnectionLimit { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            NoHealthyUpstream
+            | Overloaded
+            | QuotaUnavailable
+            | ConnectionLimit { .. }
+            | AnswersUnread => StatusCode::SERVICE_UNAVAILABLE,
             BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             BodyTooLarge(_) | BatchTooLong { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
@@ -289,6 +297,7 @@ impl ProxyError {
             BodyTooLarge(_) => http("body_too_large"),
             BodyTimeout(_) => http("body_timeout"),
             ConnectionLimit { .. } => http("connection_limit"),
+            AnswersUnread => http("answers_unread"),
             Unauthorized => http("unauthorized"),
             UnknownPurgeMethod(_) | NoSuchUpstream(_) | PurgeFailed(_) | ReloadFailed(_) => {
                 http("bad_admin_request")
@@ -377,6 +386,9 @@ impl ProxyError {
             ProxyError::BodyTimeout(_) => {
                 h.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
+            ProxyError::AnswersUnread => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from(1));
+            }
             _ => {}
         }
         r
@@ -427,6 +439,7 @@ mod tests {
             BodyTimeout(std::time::Duration::from_secs(10)),
             ConnectionLimit { per_address: false },
             ConnectionLimit { per_address: true },
+            AnswersUnread,
             Unauthorized,
             UnknownPurgeMethod("platform.nope".into()),
             NoSuchUpstream("node-z".into()),
@@ -491,6 +504,7 @@ mod tests {
                 | BodyTooLarge(_)
                 | BodyTimeout(_)
                 | ConnectionLimit { .. }
+                | AnswersUnread
                 | Unauthorized
                 | UnknownPurgeMethod(_)
                 | NoSuchUpstream(_)

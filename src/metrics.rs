@@ -773,6 +773,7 @@ pub const HTTP_REJECTIONS: &[&str] = &[
     "unauthorized",
     "bad_admin_request",
     "connection_limit",
+    "answers_unread",
 ];
 
 /// The values of the `client` label of `snowgate_rate_limited_total`.

@@ -17,6 +17,10 @@
 //!   `send_timeout`, and at the latest `body_timeout + request_deadline + send_timeout` after the
 //!   close began, whatever its client does (an HTTP/2 client that never acknowledges the PING
 //!   sent with the GOAWAY would otherwise hold the close for ever);
+//! * `address_answer_bytes`, `total_answer_bytes`: answers made and not yet taken (see [`Tracked`])
+//!   are counted per connection, client address and gateway; past a bound, a further answer for a
+//!   connection that already has one unread is a short 503 (see `Unread`), so a client that opens
+//!   many streams and never reads cannot make snowgate hold their answers until `send_timeout`;
 //! * `max_connections_per_ip`: past it, a new connection from that address (an IPv4 address or an
 //!   IPv6 /64) is answered 503 and closed; trusted proxies are exempt;
 //! * HTTP/2: at most [`H2_MAX_STREAMS`] concurrent streams, windows of [`H2_STREAM_WINDOW`] per
@@ -98,6 +102,53 @@ struct Activity {
     /// The `snowgate_open_connections` gauges this connection is counted in (kept here, not in
     /// the service, which is cloned per request).
     gauges: OpenGauges,
+    /// The bytes of this connection's answers not yet taken, and of its address's and everyone's.
+    unread: Unread,
+}
+
+/// Answer bytes made and not yet taken by their clients (see [`Tracked`]): one connection's, its
+/// client address's (all its connections; none for a trusted proxy, which reads for many
+/// clients), and the gateway's. What `limits.address_answer_bytes` and
+/// `limits.total_answer_bytes` bound: a client that opens many HTTP/2 streams and never opens
+/// their windows could otherwise leave `max_connections_per_ip` × [`H2_MAX_STREAMS`] answers
+/// waiting, each until `send_timeout`.
+struct Unread {
+    connection: AtomicU64,
+    address: Option<Arc<AtomicU64>>,
+    total: Arc<AtomicU64>,
+    address_bound: u64,
+    total_bound: u64,
+}
+
+impl Unread {
+    fn add(&self, bytes: u64) {
+        self.connection.fetch_add(bytes, Ordering::Relaxed);
+        if let Some(address) = &self.address {
+            address.fetch_add(bytes, Ordering::Relaxed);
+        }
+        self.total.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn sub(&self, bytes: u64) {
+        self.connection.fetch_sub(bytes, Ordering::Relaxed);
+        if let Some(address) = &self.address {
+            address.fetch_sub(bytes, Ordering::Relaxed);
+        }
+        self.total.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    /// Whether another answer for this connection must be refused: it already has one unread,
+    /// and its address (or the gateway) is at its bound. A connection with nothing unread always
+    /// gets its answer, so one answer of any size goes, and HTTP/1.1 (one answer at a time) is
+    /// never refused; what a client leaves unread past the bound is one answer per connection.
+    fn full(&self) -> bool {
+        self.connection.load(Ordering::Relaxed) > 0
+            && (self
+                .address
+                .as_ref()
+                .is_some_and(|a| a.load(Ordering::Relaxed) >= self.address_bound)
+                || self.total.load(Ordering::Relaxed) >= self.total_bound)
+    }
 }
 
 const OPEN: u8 = 0;
@@ -105,9 +156,10 @@ const CLOSE: u8 = 1;
 const ABORT: u8 = 2;
 
 impl Activity {
-    fn new(gauges: OpenGauges) -> Activity {
+    fn new(gauges: OpenGauges, unread: Unread) -> Activity {
         Activity {
             gauges,
+            unread,
             started: Instant::now(),
             in_flight: AtomicUsize::new(0),
             last_ms: AtomicU64::new(0),
@@ -431,8 +483,9 @@ impl http_body::Body for WatchedBody {
 /// the cost is one more poll and one more DATA frame (ten bytes) per answer.
 pub struct Tracked<B: http_body::Body> {
     inner: B,
-    /// The connection and this answer's sequence number there, until it is taken.
-    activity: Option<(Arc<Activity>, u64)>,
+    /// The connection, this answer's sequence number there and the bytes it holds (counted in
+    /// [`Unread`]), until it is taken.
+    activity: Option<(Arc<Activity>, u64, u64)>,
     /// Over HTTP/2: hold back the last byte (see above).
     hold_last: bool,
     /// A frame read from `inner` ahead of time, to learn whether the one before it was the last.
@@ -444,11 +497,12 @@ pub struct Tracked<B: http_body::Body> {
 }
 
 impl<B: http_body::Body> Tracked<B> {
-    fn new(inner: B, activity: Arc<Activity>, http2: bool) -> Tracked<B> {
+    fn new(inner: B, activity: Arc<Activity>, http2: bool, bytes: u64) -> Tracked<B> {
         let seq = activity.answers.lock().begin(activity.now_ms());
+        activity.unread.add(bytes);
         Tracked {
             inner,
-            activity: Some((activity, seq)),
+            activity: Some((activity, seq, bytes)),
             hold_last: http2,
             ahead: None,
             last: None,
@@ -457,8 +511,9 @@ impl<B: http_body::Body> Tracked<B> {
     }
 
     fn done(&mut self) {
-        if let Some((a, seq)) = self.activity.take() {
+        if let Some((a, seq, bytes)) = self.activity.take() {
             a.answers.lock().end(seq);
+            a.unread.sub(bytes);
         }
     }
 
@@ -629,15 +684,18 @@ impl Drop for OpenConnection {
     }
 }
 
-/// Open connections per client address, for `max_connections_per_ip`.
+/// Open connections per client address, for `max_connections_per_ip`, and the bytes of answers
+/// the address has not taken yet (see [`Unread`]).
 struct PerIp {
-    open: parking_lot::Mutex<HashMap<IpAddr, usize>>,
+    open: parking_lot::Mutex<HashMap<IpAddr, (usize, Arc<AtomicU64>)>>,
 }
 
 /// One connection's place in [`PerIp`], given back on drop.
 struct IpSlot {
     table: Arc<PerIp>,
     ip: IpAddr,
+    /// The address's unread answer bytes.
+    unread: Arc<AtomicU64>,
 }
 
 impl PerIp {
@@ -654,7 +712,7 @@ impl PerIp {
             return Ok(None);
         }
         let mut open = table.open.lock();
-        let count = open.entry(ip).or_insert(0);
+        let (count, unread) = open.entry(ip).or_default();
         if *count >= limit {
             return Err(());
         }
@@ -662,6 +720,7 @@ impl PerIp {
         Ok(Some(IpSlot {
             table: table.clone(),
             ip,
+            unread: unread.clone(),
         }))
     }
 }
@@ -669,7 +728,7 @@ impl PerIp {
 impl Drop for IpSlot {
     fn drop(&mut self) {
         let mut open = self.table.open.lock();
-        if let Some(count) = open.get_mut(&self.ip) {
+        if let Some((count, _)) = open.get_mut(&self.ip) {
             *count -= 1;
             if *count == 0 {
                 open.remove(&self.ip);
@@ -783,6 +842,8 @@ pub async fn run(
     });
     // The metrics live as long as the gateway, whatever reloads swap: resolved once here.
     let gauges = OpenGauges::new(stacks.load().metrics());
+    // Answer bytes not yet taken by any client.
+    let unread_total = Arc::new(AtomicU64::new(0));
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -851,7 +912,14 @@ pub async fn run(
             }
         };
         let _ = stream.set_nodelay(true);
-        let activity = Arc::new(Activity::new(gauges.clone()));
+        let unread = Unread {
+            connection: AtomicU64::new(0),
+            address: ip_slot.as_ref().map(|slot| slot.unread.clone()),
+            total: unread_total.clone(),
+            address_bound: limits.address_answer_bytes as u64,
+            total_bound: limits.total_answer_bytes as u64,
+        };
+        let activity = Arc::new(Activity::new(gauges.clone(), unread));
         // Counted from here (never a refused connection) until the connection task ends.
         let open = OpenConnection::new(activity.clone());
         let conn_info = Arc::new(ConnInfo::on(surface, peer, limits.connection_body_bytes));
@@ -941,13 +1009,26 @@ fn connection_service(
             OpenConnection::saw_http2(&activity);
         }
         // The stack in force now: a reload reaches kept-alive connections at their next request.
-        let req = req.map(|inner| WatchedBody {
-            inner,
-            activity: activity.clone(),
+        let stack = stacks.load_full();
+        // A client at its bound of unread answers gets no more work done for it.
+        let answer = (!activity.unread.full()).then(|| {
+            let req = req.map(|inner| WatchedBody {
+                inner,
+                activity: activity.clone(),
+            });
+            stack.http::<WatchedBody>(conn.clone()).oneshot(req)
         });
-        let answer = stacks.load().http::<WatchedBody>(conn.clone()).oneshot(req);
         async move {
-            let mut response = answer.await.unwrap_or_else(|never| match never {});
+            let mut response = match answer {
+                // Answers made together may pass the bound before any is counted: made, but not
+                // kept.
+                Some(answer) => match answer.await {
+                    Ok(_) if activity.unread.full() => unread_refusal(&stack),
+                    Ok(response) => response,
+                    Err(never) => match never {},
+                },
+                None => unread_refusal(&stack),
+            };
             drop(in_flight);
             if response
                 .headers()
@@ -962,9 +1043,21 @@ fn connection_service(
                 }
                 activity.close();
             }
-            Ok::<_, Infallible>(response.map(|body| Tracked::new(body, activity, http2)))
+            Ok::<_, Infallible>(response.map(|body| {
+                let bytes = body.held_bytes();
+                Tracked::new(body, activity, http2, bytes)
+            }))
         }
     })
+}
+
+/// The answer in place of one a client at its bound of unread answers would get (a 503, counted
+/// in `snowgate_http_rejections_total{reason="answers_unread"}`).
+fn unread_refusal(stack: &Stack) -> Response<crate::http::compress::Body> {
+    let refusal = ProxyError::AnswersUnread;
+    stack.count_rejection(&refusal);
+    tracing::debug!("answer refused: its client leaves too many answers unread");
+    refusal.response(None).map(Into::into)
 }
 
 #[cfg(test)]
@@ -974,9 +1067,17 @@ mod tests {
     use http_body_util::BodyExt;
 
     fn activity() -> Arc<Activity> {
-        Arc::new(Activity::new(OpenGauges::new(
-            &crate::metrics::Metrics::new(),
-        )))
+        let unread = Unread {
+            connection: AtomicU64::new(0),
+            address: None,
+            total: Arc::new(AtomicU64::new(0)),
+            address_bound: u64::MAX,
+            total_bound: u64::MAX,
+        };
+        Arc::new(Activity::new(
+            OpenGauges::new(&crate::metrics::Metrics::new()),
+            unread,
+        ))
     }
 
     /// Each frame of `body` with whether the body said it was the last, until it ends.
@@ -1005,7 +1106,7 @@ mod tests {
             Bytes::from_static(b"{\"a\":"),
             Bytes::from_static(b"1}\n"),
         ]);
-        let mut body = Tracked::new(chunks, a.clone(), true);
+        let mut body = Tracked::new(chunks, a.clone(), true, 3);
         assert_eq!(body.size_hint().exact(), Some(8));
         let got = frames(&mut body).await;
         let expected = [(&b"{\"a\":"[..], false), (b"1}", false), (b"\n", true)];
@@ -1023,7 +1124,7 @@ mod tests {
             Ok::<_, Infallible>(http_body::Frame::data(Bytes::from_static(b"ab"))),
             Ok(http_body::Frame::data(Bytes::from_static(b"cd"))),
         ]);
-        let mut body = Tracked::new(http_body_util::StreamBody::new(stream), a.clone(), true);
+        let mut body = Tracked::new(http_body_util::StreamBody::new(stream), a.clone(), true, 3);
         let got: Vec<_> = frames(&mut body).await;
         let got: Vec<_> = got.iter().map(|(d, end)| (&d[..], *end)).collect();
         assert_eq!(got, [(&b"ab"[..], false), (b"c", false), (b"d", true)]);
@@ -1066,7 +1167,7 @@ mod tests {
     #[tokio::test]
     async fn over_http1_an_answer_goes_as_it_is() {
         let a = activity();
-        let mut body = Tracked::new(crate::body::Chunks::from("abc"), a.clone(), false);
+        let mut body = Tracked::new(crate::body::Chunks::from("abc"), a.clone(), false, 3);
         let got = frames(&mut body).await;
         assert_eq!(got, [(Bytes::from_static(b"abc"), true)]);
         assert!(

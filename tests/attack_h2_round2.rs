@@ -2,7 +2,9 @@
 //! (a cache hit, a 429, snowgate's own -32600) must be cut at `send_timeout` when the client never
 //! opens its stream window past one byte; every graceful close ends within `send_timeout`; a
 //! stream reset while its call is at the node does not keep the connection past `idle_timeout`;
-//! and an id too long to echo is refused instead of being copied into every answer.
+//! and an id too long to echo is refused instead of being copied into every answer. The final
+//! attack's F2: what one address leaves unread behind shut windows is bounded
+//! (`limits.address_answer_bytes`), not only cut at `send_timeout`.
 //!
 //! The HTTP/2 clients here are the `h2` crate's, over a socket that can be made deaf: it goes on
 //! reading (so the connection's end is seen) but hands nothing to the client, which then never
@@ -83,9 +85,17 @@ impl H2 {
     /// Connects to `addr` with this initial stream window (the client's flow control never
     /// opens it further unless a test releases what it read).
     async fn connect(addr: std::net::SocketAddr, stream_window: u32) -> H2 {
+        H2::connect_from("127.0.0.1", addr, stream_window).await
+    }
+
+    /// [`H2::connect`] from the loopback address `local` (another client address: the whole of
+    /// 127/8 is loopback).
+    async fn connect_from(local: &str, addr: std::net::SocketAddr, stream_window: u32) -> H2 {
         let deaf = Arc::new(AtomicBool::new(false));
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(format!("{local}:0").parse().unwrap()).unwrap();
         let io = DeafIo {
-            inner: TcpStream::connect(addr).await.unwrap(),
+            inner: socket.connect(addr).await.unwrap(),
             deaf: deaf.clone(),
         };
         let (sender, conn) = h2::client::Builder::new()
@@ -455,4 +465,119 @@ async fn snowgate_echoes_at_most_a_small_bound_of_what_the_client_sent() {
         );
         assert!(r.json()["error"]["message"].is_string(), "{}", r.body);
     }
+}
+
+/// A batch of `n` cached calls, each with an id of 200 characters (so the answer is large).
+fn big_answer_batch(n: usize) -> String {
+    let calls: Vec<String> = (0..n)
+        .map(|i| with_id(&format!("\"{i:0>200}\""), "info.getNetworkName"))
+        .collect();
+    format!("[{}]", calls.join(","))
+}
+
+#[tokio::test]
+async fn what_one_address_leaves_unread_behind_shut_windows_is_bounded() {
+    // The final attack's F2: 64 connections × 64 streams of batches whose answers the client
+    // never takes were all held until send_timeout (536 MB at the shipped 30 s). With a bound of
+    // 256 KiB per address, one address's streams hold at most that plus an answer per connection
+    // (and one per worker, made at the same moment); the rest get a short 503; another address
+    // is served in full meanwhile, and so is the same address once it has nothing unread.
+    const BOUND: usize = 256 * 1024;
+    let cluster = Cluster::start(1, Duration::from_secs(60), |c| {
+        c.limits.send_timeout = Duration::from_secs(120);
+        c.limits.idle_timeout = Duration::from_secs(120);
+        c.limits.address_answer_bytes = BOUND;
+    })
+    .await;
+    let url = format!("{}/ext/info", cluster.url());
+    let warm = post(&url, CACHED).await;
+    assert_eq!(warm.status, 200, "{}", warm.body);
+    let batch = big_answer_batch(50);
+    let reference = post(&url, &batch).await;
+    assert_eq!(reference.status, 200, "{}", reference.body);
+    let answer_len = reference.body.len();
+    assert!(answer_len > 10_000, "{answer_len}");
+
+    // 4 connections × 32 streams from 127.0.0.1, windows of one byte never opened: 128 answers,
+    // about 1.7 MB if every one were made and held.
+    const CONNS: usize = 4;
+    let mut stalled = Vec::new();
+    let mut heads = Vec::new();
+    for _ in 0..CONNS {
+        let mut h2 = H2::connect(cluster.gateway.addr(), 1).await;
+        for _ in 0..32 {
+            heads.push(h2.post("/ext/info", &batch).await);
+        }
+        stalled.push(h2);
+    }
+    let (mut held, mut refused) = (0usize, 0usize);
+    let mut kept = Vec::new();
+    for head in heads {
+        let r = tokio::time::timeout(Duration::from_secs(60), head)
+            .await
+            .expect("an answer's head never came")
+            .unwrap();
+        match r.status().as_u16() {
+            200 => held += 1,
+            503 => {
+                refused += 1;
+                assert_eq!(r.headers()["retry-after"], "1");
+                let mut body = r.into_body();
+                let mut text = Vec::new();
+                while let Some(chunk) = body.data().await {
+                    let chunk = chunk.unwrap();
+                    let _ = body.flow_control().release_capacity(chunk.len());
+                    text.extend_from_slice(&chunk);
+                }
+                let text = String::from_utf8_lossy(&text).into_owned();
+                assert!(text.contains("-32603"), "{text}");
+                assert!(text.contains("too many answers not read"), "{text}");
+                continue;
+            }
+            other => panic!("status {other}"),
+        }
+        kept.push(r.into_body());
+    }
+    let most = BOUND + (CONNS + 2) * answer_len;
+    assert!(
+        held * answer_len <= most,
+        "{held} answers of {answer_len} bytes held unread (bound {BOUND}, at most {most})"
+    );
+    assert!(refused > 0, "no answer was refused ({held} held)");
+    assert_eq!(held + refused, CONNS * 32);
+    let counted = cluster
+        .gateway
+        .metrics()
+        .http_rejections
+        .with_label_values(&["answers_unread"])
+        .get();
+    assert_eq!(counted, refused as u64);
+
+    // Another address, over HTTP/2 with its windows open, gets every answer whole.
+    let mut other = H2::connect_from("127.0.0.2", cluster.gateway.addr(), 1 << 20).await;
+    let mut answers = Vec::new();
+    for _ in 0..16 {
+        answers.push(other.post("/ext/info", &batch).await);
+    }
+    for a in answers {
+        let r = tokio::time::timeout(Duration::from_secs(60), a)
+            .await
+            .expect("another address's answer never came")
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let mut body = r.into_body();
+        let mut got = 0;
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.unwrap();
+            got += chunk.len();
+            let _ = body.flow_control().release_capacity(chunk.len());
+        }
+        assert_eq!(got, answer_len);
+    }
+    // The stalled address itself, on a connection with nothing unread, gets its answer.
+    let again = post(&url, &batch).await;
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert_eq!(again.body.len(), answer_len);
+    drop(kept);
+    drop(stalled);
 }

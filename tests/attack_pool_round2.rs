@@ -417,6 +417,19 @@ const USER: &str = "acct-SECRET-user-31";
 const PASSWORD: &str = "pw@SECRET:9/x";
 const HEADER_VALUE: &str = "hv-SECRET-header-5521";
 
+/// `PASSWORD` as it goes in a URL (its `@ : /` percent-encoded).
+fn url_password() -> String {
+    PASSWORD
+        .replace('@', "%40")
+        .replace(':', "%3A")
+        .replace('/', "%2F")
+}
+
+/// The provider's URL on `node`: Basic credentials and a key in the path.
+fn provider_url(node: &Node) -> String {
+    format!("http://{USER}:{}@{}/v1/{KEY}", url_password(), node.addr)
+}
+
 /// Finding 8: a provider whose JSON-RPC error echoes what it was sent (its path with the key,
 /// escaped `\/` as some encoders write it, the key header, the Basic credentials raw, decoded
 /// and percent-encoded, a key hidden behind a `\u` escape, the key as an object's name): none of it reaches the client, whose answer stays valid JSON with
@@ -461,13 +474,9 @@ async fn a_providers_error_echoing_its_secrets_reaches_no_client_and_no_log() {
         (200, text)
     });
     let node = Node::start(100, 12345, None, echo).await;
-    let password = PASSWORD
-        .replace('@', "%40")
-        .replace(':', "%3A")
-        .replace('/', "%2F");
     let provider = UpstreamConfig {
         name: "provider".into(),
-        url: format!("http://{USER}:{password}@{}/v1/{KEY}", node.addr),
+        url: provider_url(&node),
         headers: [(
             "x-api-key".to_string(),
             "${SNOWGATE_TEST_ROUND2_KEY}".to_string(),
@@ -516,11 +525,131 @@ async fn a_providers_error_echoing_its_secrets_reaches_no_client_and_no_log() {
             PASSWORD,
             HEADER_VALUE,
             &basic,
-            &password,
+            &url_password(),
             "SECRET",
         ] {
             assert!(!text.contains(secret), "{secret} in the {what}: {text}");
         }
     }
+    gw.shutdown().await;
+}
+
+/// The final attack's F4: a provider echoing its secrets in disguises no list of encoded forms
+/// covers (a partial percent-encoding as `encodeURIComponent` and Go's `url.PathEscape` make, a
+/// double encoding, `%70` for `p`, another letter case, a zero-width space inside, an HTML
+/// character reference, Basic credentials in unpadded base64, standard and URL-safe). Each call
+/// gets one disguise; none reaches the client, whose answer keeps the node's code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_providers_secrets_in_disguise_reach_no_client() {
+    use base64::Engine as _;
+    let credentials = format!("{USER}:{PASSWORD}");
+    let disguises: Vec<String> = vec![
+        // encodeURIComponent: `@` and `/` escaped, `:` too, letters kept.
+        PASSWORD.replace('@', "%40").replace('/', "%2F"),
+        // url.PathEscape: only `/` escaped.
+        PASSWORD.replace('/', "%2F"),
+        // Encoded twice.
+        PASSWORD
+            .replace('@', "%2540")
+            .replace(':', "%253A")
+            .replace('/', "%252F"),
+        // A letter percent-encoded.
+        format!("%70{}", &KEY[1..]),
+        KEY.to_lowercase(),
+        format!("{}\u{200b}{}", &KEY[..6], &KEY[6..]),
+        PASSWORD.replace('/', "&#x2F;"),
+        base64::engine::general_purpose::STANDARD_NO_PAD.encode(&credentials),
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&credentials),
+    ];
+    let forms = Arc::new(disguises.clone());
+    // The calls in the order they come (the id a node sees is snowgate's own).
+    let next = Arc::new(AtomicU64::new(0));
+    let echo: Script = Arc::new(move |_seen, v| {
+        let n = if v["method"] == "platform.getTx" {
+            next.fetch_add(1, Ordering::SeqCst) as usize % forms.len()
+        } else {
+            0
+        };
+        let message = serde_json::to_string(&format!("denied for {}", forms[n])).unwrap();
+        let text = format!(
+            r#"{{"jsonrpc":"2.0","error":{{"code":-32000,"message":{message},"data":null}},"id":{}}}"#,
+            v["id"]
+        );
+        (200, text)
+    });
+    let node = Node::start(100, 12345, None, echo).await;
+    let provider = UpstreamConfig {
+        name: "provider".into(),
+        url: provider_url(&node),
+        ..Default::default()
+    };
+    let gw = snowgate::Gateway::start(config(vec![provider]))
+        .await
+        .unwrap();
+    for (n, disguise) in disguises.iter().enumerate() {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":{n},"method":"platform.getTx","params":{{"txID":"2QouvFWUbjuySRxeX5xMbNCuAaKWfbk5FeEa2JmoF85RKLk2dD","encoding":"hex"}}}}"#
+        );
+        let r = post(&format!("{}/ext/bc/P", gw.url()), &body).await;
+        let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(v["error"]["code"], -32000, "{v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(
+            !message.contains(disguise.as_str()) && message.contains("[redacted]"),
+            "disguise {n} ({disguise}) reached the client: {message}"
+        );
+    }
+    assert_eq!(node.seen().len(), disguises.len());
+    gw.shutdown().await;
+}
+
+/// The final attack's F5: a node that answers 413 to every call, however small, is broken, not
+/// refusing the caller's body (no proxy limits a body of a few hundred bytes). Before, being
+/// fast, it drew most calls and each of its 413s went to the client as the client's error; now
+/// each such call is tried on the honest node, and the broken one is taken out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_answering_413_to_small_bodies_is_taken_out_and_no_call_fails() {
+    let honest = Node::start(100, 12345, None, answers_tx()).await;
+    let refuses_all: Script = Arc::new(|_, _| (413, NGINX_413.to_string()));
+    let broken = Node::start(100, 12345, None, refuses_all).await;
+    let gw = snowgate::Gateway::start(config(vec![
+        honest.upstream("honest"),
+        broken.upstream("broken"),
+    ]))
+    .await
+    .unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || gw.pool().status().healthy).await,
+        "the pool never became ready"
+    );
+    // Calls until the broken node is out (the balancer may steer away from it for a while after
+    // a failure, so how many calls that takes is not fixed): every one of them succeeds.
+    let url = format!("{}/ext/bc/P", gw.url());
+    let mut ejected = false;
+    for i in 0..2_000 {
+        let r = post(
+            &url,
+            &call(
+                "platform.getTx",
+                r#"{"txID":"2QouvFWUbjuySRxeX5xMbNCuAaKWfbk5FeEa2JmoF85RKLk2dD","encoding":"hex"}"#,
+            ),
+        )
+        .await;
+        assert!(
+            r.body.contains(r#""result""#),
+            "call {i} failed: {} {}",
+            r.status,
+            r.body
+        );
+        if i % 10 == 9 && ejections(&get_metrics(&gw.url()).await) >= 1.0 {
+            ejected = true;
+            break;
+        }
+    }
+    assert!(
+        ejected,
+        "the node answering 413 to everything was never taken out ({} calls reached it)",
+        broken.seen().len()
+    );
     gw.shutdown().await;
 }

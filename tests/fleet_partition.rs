@@ -119,18 +119,22 @@ async fn a_silent_redis_connection_is_replaced_and_sharing_resumes() {
             "instance {i} kept its silent connection: sharing never resumed"
         );
     }
-    // And sharing works again: a miss on A is a hit on B.
+    // And sharing works again: a miss on A is a hit on B, once A's write has landed (it is made
+    // after A answers: asking B before then would be a race, not a test).
+    let written = r#"snowgate_shared_writes_total{result="written"}"#;
+    let written_before = fleet.metric(0, written).await;
     let before = fleet.calls("platform.getBlockByHeight");
     let a = block(&fleet, 0, 9).await;
     assert_eq!(x_cache(&a), "MISS", "{}", a.body);
     let start = Instant::now();
-    let b = loop {
-        let b = block(&fleet, 1, 9).await;
-        if x_cache(&b) == "HIT" || start.elapsed() > Duration::from_secs(5) {
-            break b;
-        }
+    while fleet.metric(0, written).await <= written_before {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "A never wrote its answer to Redis"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    }
+    let b = block(&fleet, 1, 9).await;
     assert_eq!(x_cache(&b), "HIT", "{}", b.body);
     assert_eq!(fleet.calls("platform.getBlockByHeight"), before + 1);
     fleet.shutdown().await;

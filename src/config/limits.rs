@@ -61,6 +61,15 @@ pub struct LimitsConfig {
     /// within `body_timeout`, served in arrival order (each address's share of the wait bounded by
     /// `address_body_bytes`).
     pub total_body_bytes: usize,
+    /// Answer bytes one client address may leave unread at once, over all its connections
+    /// (addresses grouped as for `max_connections_per_ip`): made and handed to its connections but
+    /// not yet taken by the client (its HTTP/2 windows shut, its socket full). Past it, a further
+    /// answer for a connection that already has one unread is refused with a short 503 instead;
+    /// a connection with nothing unread always gets its answer, whatever its size.
+    pub address_answer_bytes: usize,
+    /// Answer bytes all clients together may leave unread at once; past it, as for
+    /// `address_answer_bytes`.
+    pub total_answer_bytes: usize,
 }
 
 impl Default for LimitsConfig {
@@ -81,6 +90,8 @@ impl Default for LimitsConfig {
             connection_body_bytes: 4 * 1024 * 1024,
             address_body_bytes: 16 * 1024 * 1024,
             total_body_bytes: 256 * 1024 * 1024,
+            address_answer_bytes: 16 * 1024 * 1024,
+            total_answer_bytes: 256 * 1024 * 1024,
         }
     }
 }
@@ -96,6 +107,8 @@ impl LimitsConfig {
             ("limits.response_bytes", self.response_bytes),
             ("limits.max_connections", self.max_connections),
             ("limits.max_connections_per_ip", self.max_connections_per_ip),
+            ("limits.address_answer_bytes", self.address_answer_bytes),
+            ("limits.total_answer_bytes", self.total_answer_bytes),
         ] {
             if value == 0 {
                 return invalid(key, "must be greater than zero");
@@ -151,6 +164,12 @@ impl LimitsConfig {
                 "limits.address_body_bytes",
                 "must be at most a quarter of limits.total_body_bytes, so that a few addresses \
                  cannot fill it and make every other client's body wait",
+            );
+        }
+        if self.address_answer_bytes > self.total_answer_bytes {
+            return invalid(
+                "limits.address_answer_bytes",
+                "must be at most limits.total_answer_bytes",
             );
         }
         Ok(())

@@ -161,6 +161,25 @@ impl Default for Body {
     }
 }
 
+/// What a gzip body holds until it is sent, beyond its answer: the compressor's state (miniz's
+/// dictionary, hash chains and output buffers), rounded up.
+const GZIP_STATE_BYTES: u64 = 256 * 1024;
+
+impl Body {
+    /// About how many bytes this answer holds in memory until hyper has taken it: a plain answer's
+    /// own length; a compressed one, what it may still hold at most (its uncompressed bytes, up to
+    /// [`COMPRESS_UP_TO`], and the compressor). What bounds the answers a client may leave
+    /// unread (see `crate::server`).
+    pub fn held_bytes(&self) -> u64 {
+        match self {
+            Body::Plain { inner } => http_body::Body::size_hint(inner)
+                .upper()
+                .unwrap_or(COMPRESS_UP_TO),
+            Body::Gzip { .. } => COMPRESS_UP_TO + GZIP_STATE_BYTES,
+        }
+    }
+}
+
 impl From<Chunks> for Body {
     fn from(inner: Chunks) -> Self {
         Body::Plain { inner }

@@ -30,6 +30,11 @@ pub enum Fault {
     Timeout,
     /// An HTTP status other than 200.
     Http(u16),
+    /// HTTP 413 for a body under `SMALL_BODY` (64 KiB): no proxy in front of a node refuses so
+    /// little (nginx's default limit is 1 MiB), so the node is broken, not the request. Counted
+    /// against the node and tried on another, like any failure; without this, a node answering
+    /// 413 to everything is never taken out, and, fast, draws the traffic.
+    RefusedSmallBody,
     /// Not a JSON-RPC answer to the request (or not the answer a health check expects).
     BadAnswer,
     /// An answer larger than `limits.response_bytes` (the gateway's own bound, not the size).
@@ -56,6 +61,7 @@ impl fmt::Display for Fault {
             Fault::InvalidHttp => f.write_str("invalid HTTP answer"),
             Fault::Timeout => f.write_str("timeout"),
             Fault::Http(status) => write!(f, "http {status}"),
+            Fault::RefusedSmallBody => f.write_str("http 413 for a small body"),
             Fault::BadAnswer => f.write_str("bad answer"),
             Fault::TooLarge(bound) => write!(f, "answer larger than {bound} bytes"),
             Fault::RpcError => f.write_str("rpc error"),
@@ -65,6 +71,9 @@ impl fmt::Display for Fault {
         }
     }
 }
+
+/// Bodies under this many bytes are never too large for a node (see [`Fault::RefusedSmallBody`]).
+pub const SMALL_BODY: usize = 64 * 1024;
 
 impl Fault {
     /// Whether a real request that failed this way counts against the node (passive ejection).
@@ -379,6 +388,17 @@ mod tests {
         assert!(!Fault::Http(414).refuses_the_body() && !Fault::Http(400).refuses_the_size());
         // Any other status still counts.
         assert!(s.passive_failure(Fault::Http(400), 1));
+    }
+
+    #[test]
+    fn a_413_for_a_small_body_is_the_nodes_failure() {
+        let mut s = HealthState::default();
+        s.record(ok(5), T);
+        let fault = Fault::RefusedSmallBody;
+        assert!(!fault.refuses_the_body() && !fault.refuses_the_size());
+        assert!(!s.passive_failure(fault, 2));
+        assert!(s.passive_failure(fault, 2));
+        assert!(!s.healthy);
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //!   `max_attempts` and one deadline), side-effecting calls (`issueTx`) re-sent only when the
 //!   first attempt never connected, height-aware routing, calls pinned by `X-Snowgate-Upstream`.
 //!   No node is sent more than `limits.body_bytes` (a call whose re-encoding would pass it is
-//!   refused), and a node's 413 is the caller's error: not retried, not held against the node.
+//!   refused), and a node's 413 is the caller's error: not retried, not held against the node,
+//!   unless the body was under 64 KiB, which no proxy refuses: then the node is broken (a
+//!   failure like any other, tried on another node).
 //! * `select.rs`: which node may take a call (healthy, height admitted, room under the
 //!   concurrency limit, the height the call needs), a pure function over plain data;
 //!   `balance.rs`: power of two choices over peak-EWMA latency times requests in flight among

@@ -57,7 +57,7 @@ impl AttemptError {
             Fault::ConnectionLost | Fault::InvalidHttp => "transport_error",
             Fault::Timeout => "timeout",
             Fault::Http(s) if s >= 500 => "http_5xx",
-            Fault::Http(_) => "http_error",
+            Fault::Http(_) | Fault::RefusedSmallBody => "http_error",
             Fault::BadAnswer
             | Fault::TooLarge(_)
             | Fault::RpcError
@@ -311,10 +311,12 @@ impl Upstream {
         if reply.status != StatusCode::OK {
             // The body is not kept: a node may echo the request, and with it a password.
             let status = reply.status.as_u16();
-            return Err(AttemptError::new(
-                Fault::Http(status),
-                format!("HTTP status {status}"),
-            ));
+            let fault = if status == 413 && body.len() < super::health::SMALL_BODY {
+                Fault::RefusedSmallBody
+            } else {
+                Fault::Http(status)
+            };
+            return Err(AttemptError::new(fault, format!("HTTP status {status}")));
         }
         Ok(reply.body)
     }

@@ -20,8 +20,14 @@
 //! behind JSON escapes, `\/` or `\u0070`): error answers are a few hundred bytes.
 //!
 //! Each secret is looked for in several forms: as configured, percent-encoded (upper- and
-//! lower-case hex) and percent-decoded, since an echoed URL carries them encoded. Inside JSON the
-//! text of each string is compared after its escapes are read, so no escaping hides a secret.
+//! lower-case hex), percent-decoded and in unpadded base64 (standard and URL-safe: a Basic
+//! header echoed without its `=`), each replaced where it stands. Then, since a secret can be
+//! echoed in encodings no list of forms covers (a partial percent-encoding such as JavaScript's
+//! `encodeURIComponent` or Go's `url.PathEscape` make, a double one, `%50` for `P`, an HTML
+//! character reference, a zero-width space inside it, another letter case), each string is also
+//! compared once its disguises are undone ([`unmasked`]); a string that holds a secret only that
+//! way is replaced whole. Inside JSON the text of each string is compared after its escapes are
+//! read, so no escaping hides a secret.
 //! Values shorter than [`MIN_LEN`] bytes are not secrets worth the name and would garble ordinary
 //! text (`x-region: eu`); path segments count only when they look like a key ([`key_like`]), so
 //! `v1` or `avalanche-mainnet` stay.
@@ -49,6 +55,8 @@ const UNREADABLE: &[u8] = br#"{"code":-32000,"message":"[redacted]","data":null}
 pub(crate) struct Secrets {
     /// Longest first: a form containing a shorter one is replaced whole.
     forms: Vec<memmem::Finder<'static>>,
+    /// Each secret as [`unmasked`] reads it, to find in text read the same way.
+    unmasked: Vec<memmem::Finder<'static>>,
 }
 
 impl std::fmt::Debug for Secrets {
@@ -61,8 +69,13 @@ impl Secrets {
     /// The secrets `values` (each at least [`MIN_LEN`] bytes; shorter ones are dropped), in their
     /// configured, percent-encoded and percent-decoded forms.
     pub(crate) fn new(values: impl IntoIterator<Item = String>) -> Secrets {
+        use base64::Engine as _;
         let mut forms: Vec<String> = Vec::new();
+        let mut unmasked_forms: Vec<String> = Vec::new();
         for value in values {
+            if value.len() < MIN_LEN {
+                continue;
+            }
             let mut add = |form: String| {
                 if form.len() >= MIN_LEN && !forms.contains(&form) {
                     forms.push(form);
@@ -70,17 +83,30 @@ impl Secrets {
             };
             add(percent_encode(&value, false));
             add(percent_encode(&value, true));
-            if let Some(decoded) = percent_decode(&value) {
+            add(base64::engine::general_purpose::STANDARD_NO_PAD.encode(&value));
+            add(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&value));
+            let decoded = percent_decode(&value);
+            for plain in decoded.iter().chain([&value]) {
+                let form = unmasked(plain);
+                if form.len() >= MIN_LEN && !unmasked_forms.contains(&form) {
+                    unmasked_forms.push(form);
+                }
+            }
+            if let Some(decoded) = decoded {
                 add(decoded);
             }
             add(value);
         }
         forms.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
-        Secrets {
-            forms: forms
+        let finders = |forms: Vec<String>| {
+            forms
                 .into_iter()
                 .map(|f| memmem::Finder::new(f.as_bytes()).into_owned())
-                .collect(),
+                .collect()
+        };
+        Secrets {
+            forms: finders(forms),
+            unmasked: finders(unmasked_forms),
         }
     }
 
@@ -146,9 +172,21 @@ impl Secrets {
         self.forms.iter().any(|f| f.find(bytes).is_some())
     }
 
-    /// `text` with every secret replaced by [`MARKER`] (borrowed when none occurs).
+    /// Whether any secret occurs in `text` once its disguises are undone ([`unmasked`]).
+    fn found_unmasked(&self, text: &str) -> bool {
+        let text = unmasked(text);
+        self.unmasked
+            .iter()
+            .any(|f| f.find(text.as_bytes()).is_some())
+    }
+
+    /// `text` with every secret replaced by [`MARKER`] (borrowed when none occurs); just
+    /// [`MARKER`] when a secret is still there in a disguise (see the module doc).
     pub(crate) fn scrub_text<'t>(&self, text: &'t str) -> Cow<'t, str> {
         if !self.found_in(text.as_bytes()) {
+            if self.found_unmasked(text) {
+                return Cow::Owned(MARKER.to_string());
+            }
             return Cow::Borrowed(text);
         }
         let mut out = text.to_string();
@@ -159,6 +197,9 @@ impl Secrets {
                 out = out.replace(&needle, MARKER);
             }
         }
+        if self.found_unmasked(&out) {
+            return Cow::Owned(MARKER.to_string());
+        }
         Cow::Owned(out)
     }
 
@@ -167,7 +208,10 @@ impl Secrets {
     /// becomes the string `"[redacted]"`), re-encoded as a node encodes JSON; `None` when nothing
     /// needed changing (the node's bytes stand). See the module doc for the cost.
     pub(crate) fn scrub_error(&self, payload: &[u8]) -> Option<Vec<u8>> {
-        if self.is_empty() || (memchr::memchr(b'\\', payload).is_none() && !self.found_in(payload))
+        if self.is_empty()
+            || (memchr::memchr(b'\\', payload).is_none()
+                && !self.found_in(payload)
+                && !self.found_unmasked(&String::from_utf8_lossy(payload)))
         {
             return None;
         }
@@ -245,11 +289,97 @@ fn percent_encode(s: &str, lower: bool) -> String {
     out
 }
 
-/// `s` with its `%XX` escapes read, when it has any and they make UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
+/// `text` as a secret hidden in it reads once its disguises are undone: `%XX` escapes read, again
+/// and again (a double encoding; at most four rounds), HTML character references read (`&#x2F;`,
+/// `&#47;`, `&sol;` and the like), invisible characters dropped (zero-width spaces and joiners,
+/// the word joiner, the byte-order mark, the soft hyphen), ASCII letters lower-cased.
+fn unmasked(text: &str) -> String {
+    let mut text = text.to_string();
+    for _ in 0..4 {
+        match percent_decode_lossy(&text) {
+            Some(decoded) if decoded != text => text = decoded,
+            _ => break,
+        }
+    }
+    let text = html_unescape(&text);
+    text.chars()
+        .filter(|c| {
+            !matches!(
+                c,
+                '\u{200B}' | '\u{200C}' | '\u{200D}' | '\u{2060}' | '\u{FEFF}' | '\u{00AD}'
+            )
+        })
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
+}
+
+/// `s` with its `%XX` escapes read (bytes that make no UTF-8 replaced), when it has any.
+fn percent_decode_lossy(s: &str) -> Option<String> {
     if !s.contains('%') {
         return None;
     }
+    Some(String::from_utf8_lossy(&percent_bytes(s)).into_owned())
+}
+
+/// `s` with its HTML character references read: numeric ones (`&#47;`, `&#x2F;`) and the named
+/// ones a URL or a header value would need (`&amp;` `&lt;` `&gt;` `&quot;` `&apos;` `&sol;`
+/// `&colon;` `&equals;` `&plus;` `&commat;` `&percnt;` `&quest;` `&num;`).
+fn html_unescape(s: &str) -> String {
+    if !s.contains('&') {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(at) = rest.find('&') {
+        out.push_str(&rest[..at]);
+        rest = &rest[at..];
+        let read = rest[1..]
+            .find(';')
+            .filter(|&end| end <= 10)
+            .and_then(|end| {
+                let name = &rest[1..=end];
+                let c = match name {
+                    "amp" => Some('&'),
+                    "lt" => Some('<'),
+                    "gt" => Some('>'),
+                    "quot" => Some('"'),
+                    "apos" => Some('\''),
+                    "sol" => Some('/'),
+                    "colon" => Some(':'),
+                    "equals" => Some('='),
+                    "plus" => Some('+'),
+                    "commat" => Some('@'),
+                    "percnt" => Some('%'),
+                    "quest" => Some('?'),
+                    "num" => Some('#'),
+                    _ => {
+                        let number = name.strip_prefix('#')?;
+                        let code = match number.strip_prefix(['x', 'X']) {
+                            Some(hex) => u32::from_str_radix(hex, 16).ok()?,
+                            None => number.parse().ok()?,
+                        };
+                        char::from_u32(code)
+                    }
+                }?;
+                Some((c, end + 2))
+            });
+        match read {
+            Some((c, len)) => {
+                out.push(c);
+                rest = &rest[len..];
+            }
+            None => {
+                out.push('&');
+                rest = &rest[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The bytes of `s` with its `%XX` escapes read.
+fn percent_bytes(s: &str) -> Vec<u8> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -266,7 +396,15 @@ fn percent_decode(s: &str) -> Option<String> {
             }
         }
     }
-    String::from_utf8(out).ok()
+    out
+}
+
+/// `s` with its `%XX` escapes read, when it has any and they make UTF-8.
+fn percent_decode(s: &str) -> Option<String> {
+    if !s.contains('%') {
+        return None;
+    }
+    String::from_utf8(percent_bytes(s)).ok()
 }
 
 #[cfg(test)]
@@ -390,6 +528,45 @@ mod tests {
         };
         let base = crate::config::parse_base_url(&own.url).unwrap();
         assert!(Secrets::of_upstream(&own, &base, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_secret_in_disguise_is_found_and_its_string_replaced_whole() {
+        let s = secrets();
+        for disguise in [
+            "pw%40SECRET:9%2Fx",
+            "pw@SECRET:9%2Fx",
+            "pw%2540SECRET%253A9%252Fx",
+            "%70k-SECRET-key-7731",
+            "PK-secret-KEY-7731",
+            "pk-SEC\u{200b}RET-key-7731",
+            "pw@SECRET:9&#x2F;x",
+            "pw&commat;SECRET&colon;9&#47;x",
+        ] {
+            assert_eq!(
+                s.scrub_text(&format!("denied {disguise}")),
+                MARKER,
+                "{disguise}"
+            );
+        }
+        // Unpadded base64 is a form of its own, replaced where it stands.
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD_NO_PAD.encode(KEY);
+        assert_eq!(s.scrub_text(&format!("auth {b64}")), "auth [redacted]");
+        // Text with no secret in any disguise stands.
+        let plain = "not found: 100% of 50 &amp; pk-other-key";
+        assert_eq!(s.scrub_text(plain), plain);
+    }
+
+    #[test]
+    fn unmasking_reads_percent_escapes_entities_and_drops_invisible_characters() {
+        assert_eq!(unmasked("A%252Fb"), "a/b");
+        assert_eq!(unmasked("a&#x2F;b&#47;c&sol;d&amp;"), "a/b/c/d&");
+        assert_eq!(unmasked("a\u{200b}b\u{feff}c\u{ad}d"), "abcd");
+        assert_eq!(
+            unmasked("100% & 50%zz &bogus; &#xZZ;"),
+            "100% & 50%zz &bogus; &#xzz;"
+        );
     }
 
     #[test]
