@@ -203,7 +203,11 @@ async fn ejected_by_requests_and_a_reload_are_lines_too() {
     }
     let out = wait_line(&served, "node-1", &["state=unhealthy"]).await;
     assert!(out.contains("by=\"requests\""), "{out}");
-    assert!(out.contains("reason=\"connect refused\""), "{out}");
+    // A call on a kept-alive connection the node dropped as it went, or a new one it refused.
+    assert!(
+        out.contains("reason=\"connect refused\"") || out.contains("reason=\"connection lost\""),
+        "{out}"
+    );
     number(&out, "height");
 
     let text = config(&[("node-0", &nodes[0]), ("node-9", &nodes[0])]);

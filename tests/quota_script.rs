@@ -64,9 +64,12 @@ async fn the_script_grants_at_most_the_burst_then_the_rate() {
     assert_eq!(first.granted, 100, "a new client gets the burst, no more");
     let start = Instant::now();
     let mut granted = 0;
-    // For 300 ms, ask for 5 units at a time: the rate (about 300 units) and no more.
+    let mut last_sent = start;
+    // For 300 ms, take whatever has come back (up to 50 units at a time): the rate (about 300
+    // units) and no more.
     while start.elapsed() < Duration::from_millis(300) {
-        granted += ask(&shared, "t:a", &q, take(5, 5)).await.granted;
+        last_sent = Instant::now();
+        granted += ask(&shared, "t:a", &q, take(50, 1)).await.granted;
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let elapsed_units = start.elapsed().as_millis() as u64;
@@ -74,9 +77,12 @@ async fn the_script_grants_at_most_the_burst_then_the_rate() {
         granted <= elapsed_units + 5,
         "{granted} units in {elapsed_units} ms"
     );
+    // Everything that came back before the last ask was sent was granted by it at the latest
+    // (whatever the machine's speed: each ask takes all there is).
+    let before_last = (last_sent - start).as_millis() as u64;
     assert!(
-        granted + 20 >= elapsed_units.min(300),
-        "the rate was withheld: {granted} units in {elapsed_units} ms"
+        granted + 5 >= before_last,
+        "the rate was withheld: {granted} units by an ask sent {before_last} ms in"
     );
 }
 
@@ -86,20 +92,31 @@ async fn retry_after_matches_the_wait() {
     let shared = connect(&redis, &Metrics::new()).await;
     // 10 cost units/s = 100 units/s: 10 ms per unit; burst 5 cost units = 50 units.
     let q = GlobalQuota::new(10, 5, 1);
+    let began = Instant::now();
     assert_eq!(ask(&shared, "t:w", &q, take(50, 50)).await.granted, 50);
-    let asked = Instant::now();
+    // Redis decided the refusal between these two instants.
+    let sent = Instant::now();
     let refused = ask(&shared, "t:w", &q, take(20, 20)).await;
+    let answered = Instant::now();
     assert_eq!(refused.granted, 0);
-    // 20 units at 10 ms each, less what passed since the burst was taken (a few ms at most).
+    // 20 units at 10 ms each, less what came back between the burst and the refusal (at most
+    // the time from before the first ask to after the second).
     let wait = Duration::from_micros(refused.wait_us);
+    let passed = answered - began;
     assert!(
-        wait <= Duration::from_millis(200) && wait >= Duration::from_millis(150),
-        "{wait:?}"
+        wait <= Duration::from_millis(200) && wait + passed >= Duration::from_millis(200),
+        "{wait:?} after {passed:?}"
     );
-    // Just before the wait is over: still refused; once it is: granted.
-    tokio::time::sleep_until((asked + wait.mul_f64(0.7)).into()).await;
-    assert_eq!(ask(&shared, "t:w", &q, take(20, 20)).await.granted, 0);
-    tokio::time::sleep_until((asked + wait).into()).await;
+    // Before the wait is over: still refused. The wait ends no earlier than `sent + wait`; an ask
+    // answered before then was decided before then (on a machine too slow for that, the ask
+    // proves nothing and is not judged).
+    tokio::time::sleep_until((sent + wait.mul_f64(0.5)).into()).await;
+    let early = ask(&shared, "t:w", &q, take(20, 20)).await;
+    if Instant::now() < sent + wait {
+        assert_eq!(early.granted, 0);
+    }
+    // Once it is over (counted from the latest instant Redis could have decided): granted.
+    tokio::time::sleep_until((answered + wait).into()).await;
     assert_eq!(ask(&shared, "t:w", &q, take(20, 20)).await.granted, 20);
 }
 
@@ -413,7 +430,9 @@ async fn redis_killed_deny_refuses_with_quota_unavailable() {
 async fn a_gateway_with_global_quotas_keeps_its_clients_quota_in_redis() {
     let redis = RedisServer::start();
     let url = redis.url();
-    // getNetworkID costs 1: ten calls fit the burst, hits or not.
+    // getNetworkID made to cost 10 of a burst of 100: ten calls fit, hits or not, and the
+    // eleventh waits 10 s for its units (at 1 unit a second): however slow the machine, the calls
+    // below are made long before any comes back.
     let cluster = support::Cluster::start(1, Duration::from_secs(1), |c| {
         c.redis = Some(RedisConfig {
             url: Some(url),
@@ -422,11 +441,19 @@ async fn a_gateway_with_global_quotas_keeps_its_clients_quota_in_redis() {
         });
         c.rate_limit.enabled = true;
         c.rate_limit.requests_per_second = 1;
-        c.rate_limit.burst = 10;
+        c.rate_limit.burst = 100;
         c.rate_limit.cached_cost_factor = 1.0;
+        c.methods.insert(
+            "info.getNetworkID".into(),
+            snowgate::methods::MethodOverride {
+                cost: Some(10),
+                ..Default::default()
+            },
+        );
     })
     .await;
     let body = support::call("info.getNetworkID", "{}");
+    let began = Instant::now();
     let mut statuses = Vec::new();
     for _ in 0..15 {
         let reply = support::post(&format!("{}/ext/info", cluster.url()), &body).await;
@@ -436,13 +463,16 @@ async fn a_gateway_with_global_quotas_keeps_its_clients_quota_in_redis() {
         }
         statuses.push(reply.status);
     }
-    let ok = statuses.iter().filter(|s| **s == 200).count();
-    assert!((10..=11).contains(&ok), "{statuses:?}");
-    assert!(statuses[12..].iter().all(|s| *s == 429), "{statuses:?}");
-    // A call snowgate refuses itself is charged too, and answered 429 over quota.
-    let unknown = support::call("info.noSuchMethod", "{}");
-    let reply = support::post(&format!("{}/ext/info", cluster.url()), &unknown).await;
-    assert_eq!(reply.status, 429, "{reply:?}");
+    // Never more than the burst (and what came back meanwhile, at 10 s a call); at most one of
+    // the ten it pays for refused early, when a lease's refill is still on its way (the lease
+    // arithmetic is not exact at the start: issue 27).
+    let ok = statuses.iter().filter(|s| **s == 200).count() as u64;
+    let refilled = began.elapsed().as_secs() / 10;
+    assert!((9..=10 + refilled).contains(&ok), "{statuses:?}");
+    assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
+    // (A call snowgate refuses itself is charged too: `refused_calls_on_two_instances_are_charged_
+    // to_one_global_quota`. It was asserted here as a 429 right after these, which holds only
+    // while no lease refill lands in between: on a loaded machine one did, 1 run in 6.)
     // The quota lives in Redis, under the client's address.
     assert_eq!(
         redis.keys("snowgate:q:*"),
@@ -603,6 +633,7 @@ async fn refused_calls_on_two_instances_are_charged_to_one_global_quota() {
     let (b, _) = instance(&redis, &cfg).await;
     let client = ip("192.0.2.40");
     let mut allowed = 0;
+    let began = Instant::now();
     for i in 0..40 {
         let limiter = if i % 2 == 0 { &a } else { &b };
         if limiter.charge_refused(&client).is_ok() {
@@ -611,8 +642,12 @@ async fn refused_calls_on_two_instances_are_charged_to_one_global_quota() {
         // Refused calls never wait on Redis; give the background debits time to land.
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // The burst, plus what came back at 1 a second while the calls went on (a slow machine
+    // takes longer over them), plus the few an instance allows before its debits land.
+    let refilled = began.elapsed().as_secs() + 1;
     assert!(
-        (18..=23).contains(&allowed),
-        "{allowed} refused calls allowed across two instances; the quota is 20"
+        (18..=23 + refilled).contains(&allowed),
+        "{allowed} refused calls allowed across two instances in {:?}; the quota is 20",
+        began.elapsed()
     );
 }
