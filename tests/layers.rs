@@ -51,6 +51,12 @@ fn top_module(src: &Path, file: &Path) -> String {
 /// The top-level modules a file's non-test code names through `crate::`, including each name of
 /// a `use crate::{a::X, b::{Y, Z}}` group spread over several lines.
 fn imports(text: &str, known: &[&str]) -> Vec<String> {
+    names_after(text, "crate::", known)
+}
+
+/// The names among `known` that a file's non-test code names right after `prefix` (`crate::`,
+/// `super::`, `crate::http::`), each name of a `{…}` group included.
+fn names_after(text: &str, prefix: &str, known: &[&str]) -> Vec<String> {
     let code = match text.find("#[cfg(test)]\nmod tests") {
         Some(at) => &text[..at],
         None => text,
@@ -69,8 +75,13 @@ fn imports(text: &str, known: &[&str]) -> Vec<String> {
     };
     let mut found = Vec::new();
     let mut rest = code.as_str();
-    while let Some(at) = rest.find("crate::") {
-        rest = &rest[at + "crate::".len()..];
+    while let Some(at) = rest.find(prefix) {
+        // `super::` inside a longer path (`crate::a::super::`) does not occur; `x_crate::` might.
+        let before = code[..code.len() - rest.len() + at].chars().next_back();
+        rest = &rest[at + prefix.len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
         let names = match rest.strip_prefix('{') {
             Some(group) => {
                 // The group's top-level elements, up to its matching brace.
@@ -164,4 +175,157 @@ fn the_check_sees_multi_name_imports() {
         &known,
     );
     assert_eq!(found, ["cache", "call", "upstream"]);
+}
+
+/// The largest a source file of the gateway may grow (the simulated node apart): past it, a file
+/// holds more than one concept, and should be cut by concept.
+const MAX_LINES: usize = 900;
+
+#[test]
+fn no_gateway_file_is_over_the_size_bound() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut large: Vec<String> = files
+        .iter()
+        .filter(|f| top_module(&src, f) != DEVNODE)
+        .filter_map(|f| {
+            let lines = std::fs::read_to_string(f).ok()?.lines().count();
+            (lines > MAX_LINES).then(|| format!("{} ({lines} lines)", f.display()))
+        })
+        .collect();
+    large.sort();
+    assert!(
+        large.is_empty(),
+        "files over {MAX_LINES} lines (cut them by concept):\n{}",
+        large.join("\n")
+    );
+}
+
+/// The files of one folder (not `mod.rs`) and the siblings each names through `super::` or
+/// `crate::<folder>::`.
+fn sibling_imports(src: &Path, dir: &Path) -> BTreeMap<String, Vec<String>> {
+    let mut siblings: Vec<String> = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("a readable folder").flatten() {
+        let path = entry.path();
+        let name = path.file_stem().map(|n| n.to_string_lossy().into_owned());
+        match name {
+            Some(n)
+                if path.is_dir() || (path.extension().is_some_and(|e| e == "rs") && n != "mod") =>
+            {
+                siblings.push(n)
+            }
+            _ => {}
+        }
+    }
+    let known: Vec<&str> = siblings.iter().map(String::as_str).collect();
+    let rel = dir.strip_prefix(src).expect("a folder under src/");
+    let crate_prefix = format!(
+        "crate::{}::",
+        rel.components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join("::")
+    );
+    let mut graph = BTreeMap::new();
+    for name in &siblings {
+        let file = dir.join(format!("{name}.rs"));
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue; // a sub-folder: its own folder is checked on its own
+        };
+        let mut used = names_after(&text, "super::", &known);
+        used.extend(names_after(&text, &crate_prefix, &known));
+        used.retain(|u| u != name);
+        used.sort();
+        used.dedup();
+        graph.insert(name.clone(), used);
+    }
+    graph
+}
+
+/// A cycle in `graph`, as the names along it, if there is one.
+fn a_cycle(graph: &BTreeMap<String, Vec<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, Vec<String>>,
+        path: &mut Vec<String>,
+        done: &mut std::collections::BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|p| p == node) {
+            let mut cycle = path[at..].to_vec();
+            cycle.push(node.to_string());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, graph, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = std::collections::BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|start| visit(start, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn no_folder_has_an_import_loop_between_its_files() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut dirs = vec![src.clone()];
+    let mut loops = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir)
+            .expect("a readable folder")
+            .flatten()
+        {
+            if entry.path().is_dir() {
+                dirs.push(entry.path());
+            }
+        }
+        if dir == src || dir.strip_prefix(&src).is_ok_and(|r| r.starts_with(DEVNODE)) {
+            continue; // the top level is the layer test's; the simulated node stands apart
+        }
+        if let Some(cycle) = a_cycle(&sibling_imports(&src, &dir)) {
+            loops.push(format!("{}: {}", dir.display(), cycle.join(" -> ")));
+        }
+    }
+    loops.sort();
+    assert!(
+        loops.is_empty(),
+        "files of one folder importing each other in a loop:\n{}",
+        loops.join("\n")
+    );
+}
+
+#[test]
+fn the_loop_check_finds_a_loop_and_passes_a_chain() {
+    let graph = |edges: &[(&str, &str)]| {
+        let mut g: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (a, b) in edges {
+            g.entry(a.to_string()).or_default().push(b.to_string());
+            g.entry(b.to_string()).or_default();
+        }
+        g
+    };
+    assert_eq!(a_cycle(&graph(&[("a", "b"), ("b", "c")])), None);
+    assert_eq!(
+        a_cycle(&graph(&[("a", "b"), ("b", "c"), ("c", "a")])),
+        Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+    );
+    let known = ["value", "scanner"];
+    assert_eq!(
+        names_after(
+            "use super::{value::Json, scanner};\nuse x_super::value;",
+            "super::",
+            &known
+        ),
+        ["value", "scanner"]
+    );
 }

@@ -27,11 +27,12 @@ use crate::call::{BestHeight, ReloadReport};
 use crate::config::Config;
 use crate::http::admin::Admin;
 use crate::http::decode::Decoding;
+use crate::http::record::RequestLog;
 use crate::http::request_body::AddressRooms;
 use crate::http::request_id::RequestIdLayer;
 use crate::http::router::Routes;
 use crate::http::status::StatusBoard;
-use crate::http::trace::{RequestLog, TraceLayer};
+use crate::http::trace::TraceLayer;
 use crate::http::Surface;
 use crate::methods::Registry;
 use crate::metrics::{CounterTable, HistogramTable, Metrics, OUTCOMES};
@@ -451,7 +452,6 @@ impl Generation {
             registry: self.registry.clone(),
             limits: config.limits.clone(),
             limiter: self.limiter.clone(),
-            log: log.clone(),
         };
         Stack {
             request_ids: core.request_ids.clone(),

@@ -29,8 +29,7 @@ use bytes::Bytes;
 use http::{header, HeaderValue, StatusCode};
 use tower::{Layer, Service, ServiceExt};
 
-use super::router::RpcRequest;
-use super::trace::RequestLog;
+use super::rpc::RpcRequest;
 use super::{empty, json, HttpResponse};
 use crate::body::Chunks;
 use crate::call::{Answer, AnswerKind, Caller, RequestSummary, RpcCall};
@@ -66,8 +65,6 @@ pub struct Decoding {
     pub(crate) limiter: Option<Arc<Limiter>>,
     /// `snowgate_requests_total`, resolved per method and outcome.
     pub(crate) requests: CounterTable,
-    /// Where each body's end is recorded.
-    pub(crate) log: Arc<RequestLog>,
 }
 
 /// Decodes bodies into calls for `S`, the per-call layers.
@@ -176,56 +173,25 @@ impl Outcome {
     }
 }
 
-/// A request whose answer is not made yet: if its client goes away first (hyper then drops the
-/// request's future), it is recorded on the way out with status 499, as nginx logs it, so that
-/// every request has its access line and its duration.
-struct Unanswered<'a> {
-    log: &'a RequestLog,
-    started: std::time::Instant,
-    id: Option<&'a HeaderValue>,
-    summary: RequestSummary,
-    answered: bool,
-}
-
-impl Drop for Unanswered<'_> {
-    fn drop(&mut self) {
-        if !self.answered {
-            let gone = StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST);
-            self.log.finish(self.started, gone, self.id, &self.summary);
-        }
-    }
-}
-
 impl<S> Decode<S>
 where
     S: Service<RpcCall, Response = Answer, Error = ProxyError> + Clone + Send + Sync + 'static,
     S::Future: Send,
 {
-    /// A JSON-RPC body: one call or a batch; its end recorded (duration, access line).
+    /// A JSON-RPC body: one call or a batch; its record finished (duration, access line), or, if
+    /// the client goes away first (hyper drops this future), finished by its drop as a 499.
     async fn answer(&self, req: RpcRequest) -> HttpResponse {
         let RpcRequest {
             family,
             path,
             body,
             caller,
-            started,
+            mut record,
         } = req;
-        let mut record = Unanswered {
-            log: &self.shared.log,
-            started,
-            id: caller.request_id.as_ref(),
-            summary: RequestSummary {
-                client: Some(caller.client_addr()),
-                ..Default::default()
-            },
-            answered: false,
-        };
         let response = self
             .respond(family, path, &body, &caller, &mut record.summary)
             .await;
-        record.answered = true;
-        let log = &self.shared.log;
-        log.finish(started, response.status(), record.id, &record.summary);
+        record.finish(response.status());
         response
     }
 
@@ -436,6 +402,7 @@ where
 mod tests {
     use super::*;
     use crate::call::{CacheStatus, ClientId};
+    use crate::http::record::{Record, RequestLog};
     use crate::metrics::{Metrics, OUTCOMES};
     use http_body_util::BodyExt;
     use std::sync::Mutex;
@@ -479,13 +446,6 @@ mod tests {
         let metrics = Metrics::new();
         let shared = Decoding {
             requests: CounterTable::new(metrics.requests.clone(), registry.len() + 1, OUTCOMES),
-            log: Arc::new(RequestLog {
-                durations: crate::metrics::HistogramTable::new(
-                    metrics.request_duration.clone(),
-                    registry.all().iter().map(|m| m.name.clone()).collect(),
-                ),
-                access: false,
-            }),
             registry,
             limits,
             limiter: None,
@@ -503,7 +463,18 @@ mod tests {
             family: Family::Platform,
             path: "/ext/bc/P",
             body: Bytes::copy_from_slice(body.as_bytes()),
-            started: std::time::Instant::now(),
+            record: Record::begin(
+                Arc::new(RequestLog {
+                    durations: crate::metrics::HistogramTable::new(
+                        Metrics::new().request_duration.clone(),
+                        Vec::new(),
+                    ),
+                    access: false,
+                }),
+                std::time::Instant::now(),
+                None,
+                ip,
+            ),
             caller: Caller {
                 admin: false,
                 pin: None,

@@ -22,9 +22,11 @@ pub mod compress;
 pub mod cors;
 pub mod decode;
 pub mod drain;
+pub mod record;
 pub mod request_body;
 pub mod request_id;
 pub mod router;
+pub mod rpc;
 pub mod status;
 pub mod trace;
 

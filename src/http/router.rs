@@ -33,43 +33,18 @@ use tokio::sync::Semaphore;
 use tower::{Layer, Service, ServiceExt};
 
 use super::admin::{Admin, Endpoint};
+use super::record::{Record, RequestLog};
 use super::request_body::{self, AddressRooms, BodyError, BodyRoom, Meter};
-use super::trace::RequestLog;
+use super::rpc::{rpc_path, RpcRequest};
 use super::{ConnInfo, HttpResponse, Surface, X_REQUEST_ID};
-use crate::call::{Caller, ClientId, RequestSummary};
+use crate::call::{Caller, ClientId};
 use crate::config::{ClientIpHeader, LimitsConfig};
 use crate::error::{Counted, ProxyError};
-use crate::jsonrpc::http::{media_type, INFO_PATH, PROPOSERVM_PATH, P_CHAIN_PATHS};
-use crate::methods::Family;
+use crate::jsonrpc::http::media_type;
 use crate::ratelimit::{client, Admission, Limiter};
 
 /// The header an admin caller uses to pin a call to one upstream.
 pub const PIN_HEADER: &str = "x-snowgate-upstream";
-
-/// A JSON-RPC body that passed the HTTP checks, for the decode layer.
-#[derive(Debug)]
-pub struct RpcRequest {
-    /// The API the path serves.
-    pub family: Family,
-    /// The path it came to (one of the known ones).
-    pub path: &'static str,
-    pub body: Bytes,
-    pub caller: Caller,
-    /// When the request reached the router: its duration is measured from here.
-    pub started: Instant,
-}
-
-/// The JSON-RPC API at `path` (the path as one of the known constants).
-pub fn rpc_path(path: &str) -> Option<(Family, &'static str)> {
-    if path == INFO_PATH {
-        return Some((Family::Info, INFO_PATH));
-    }
-    if path == PROPOSERVM_PATH {
-        return Some((Family::ProposerVm, PROPOSERVM_PATH));
-    }
-    let known = P_CHAIN_PATHS.iter().find(|p| **p == path)?;
-    Some((Family::Platform, known))
-}
 
 /// What the router shares between connections.
 pub struct Routes {
@@ -105,16 +80,17 @@ impl Routes {
         e.response(None)
     }
 
-    /// Refuses a JSON-RPC request (a `POST` to an RPC path) that began at `started`, and records
-    /// it (the trace layer leaves those to the router and the decoding layer). A refusal of the
-    /// call itself before its body was read (over quota) is counted as a call with no method.
-    fn refuse_rpc(
-        &self,
-        e: &ProxyError,
-        started: Instant,
-        client: IpAddr,
-        headers: &HeaderMap,
-    ) -> HttpResponse {
+    /// The record of a JSON-RPC request (a `POST` to an RPC path) that began at `started`, from
+    /// `client` (see [`super::record`]).
+    fn record(&self, started: Instant, headers: &HeaderMap, client: IpAddr) -> Record {
+        // The id is only written in the access line.
+        let id = headers.get(X_REQUEST_ID).filter(|_| self.log.access);
+        Record::begin(self.log.clone(), started, id.cloned(), client)
+    }
+
+    /// Refuses a JSON-RPC request and finishes its record. A refusal of the call itself before
+    /// its body was read (over quota) is counted as a call with no method.
+    fn refuse_rpc(&self, e: &ProxyError, record: Record) -> HttpResponse {
         if let (Counted::Call, outcome) = e.counted() {
             let requests = &self.admin.metrics.requests;
             match e {
@@ -126,12 +102,7 @@ impl Routes {
             }
         }
         let response = self.reject(e);
-        let summary = RequestSummary {
-            client: Some(client),
-            ..RequestSummary::default()
-        };
-        let id = headers.get(X_REQUEST_ID);
-        self.log.finish(started, response.status(), id, &summary);
+        record.finish(response.status());
         response
     }
 
@@ -262,10 +233,10 @@ where
         // The admin listener serves no RPC.
         if self.conn.surface == Surface::Admin {
             let e = ProxyError::NotFound;
-            // The trace layer leaves a POST to an RPC path to be recorded here.
+            // The trace layer leaves a POST to an RPC path to its record.
             let answer = if req.method() == Method::POST {
-                let peer = self.conn.peer.ip();
-                routes.refuse_rpc(&e, Instant::now(), peer, req.headers())
+                let record = routes.record(Instant::now(), req.headers(), self.conn.peer.ip());
+                routes.refuse_rpc(&e, record)
             } else {
                 routes.reject(&e)
             };
@@ -277,8 +248,9 @@ where
         }
         let started = Instant::now();
         if let Err(e) = json_content(req.headers()) {
-            let peer = routes.caller(req.headers(), self.conn.peer).client_addr();
-            let refused = routes.refuse_rpc(&e, started, peer, req.headers());
+            let client = routes.caller(req.headers(), self.conn.peer).client_addr();
+            let record = routes.record(started, req.headers(), client);
+            let refused = routes.refuse_rpc(&e, record);
             return Box::pin(std::future::ready(Ok(refused)));
         }
         let conn = self.conn.clone();
@@ -288,15 +260,14 @@ where
         Box::pin(async move {
             let (parts, body) = req.into_parts();
             let caller = routes.caller(&parts.headers, conn.peer);
+            // Finished where the answer is made; dropped unfinished, the client went away.
+            let record = routes.record(started, &parts.headers, caller.client_addr());
             // Held until the answer is made: the body's bytes live that long.
             let mut room = routes.body_room(&conn, &parts.headers);
             let read = read_rpc_body(&routes, &conn, &caller, body, &mut room);
             let body = match read.await {
                 Ok(body) => body,
-                Err(e) => {
-                    let client = caller.client_addr();
-                    return Ok(routes.refuse_rpc(&e, started, client, &parts.headers));
-                }
+                Err(e) => return Ok(routes.refuse_rpc(&e, record)),
             };
             let heavy = body.len() >= HEAVY_BODY;
             let rpc = RpcRequest {
@@ -304,7 +275,7 @@ where
                 path,
                 body,
                 caller,
-                started,
+                record,
             };
             let answer = OffTheWorker::new(inner.oneshot(rpc), heavy).await;
             drop(room);
@@ -538,6 +509,8 @@ where
 mod tests {
     use super::*;
     use crate::config::{ForwardConfig, HealthConfig, UpstreamConfig};
+    use crate::jsonrpc::http::{INFO_PATH, PROPOSERVM_PATH, P_CHAIN_PATHS};
+    use crate::methods::Family;
     use crate::methods::Registry;
     use crate::metrics::Metrics;
     use crate::policy::AdminKeys;

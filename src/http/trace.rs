@@ -1,13 +1,8 @@
 //! Tracing: one span per request, so that every log line of a request (a refused call, a failed
 //! node) can be tied to it, and at debug level a line per answer with its status and latency.
 //!
-//! [`RequestLog`] records each request's end: its whole duration, from its arrival to its answer,
-//! into `snowgate_request_duration_seconds{method,cache}`, and with `[log] access = true` one
-//! access line. A JSON-RPC body (`POST` to an RPC path) is recorded where its answer is made,
-//! which knows its method and cache result: the decoding layer, or the router when it refuses the
-//! body. Every other request (health, metrics, a 404, a CORS preflight) is recorded here. So the
-//! answer carries nothing up to this layer, and a call costs no allocation for it (measured: a
-//! summary handed up in the response's extensions cost 3 % of a cache hit's CPU).
+//! It records (see [`super::record`]) every request that is not JSON-RPC (health, metrics, a 404,
+//! a CORS preflight); a JSON-RPC request ([`super::rpc::is_rpc`]) carries its own record down.
 //!
 //! Under the request id layer, whose id the span carries. Client-chosen values (method, path, id)
 //! are recorded with `?`, quoted and escaped, so a path cannot write fake fields into a log line.
@@ -18,50 +13,15 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http::{HeaderValue, Request, Response};
 use tower::{Layer, Service};
 use tracing::Span;
 
+use super::record::RequestLog;
 use super::X_REQUEST_ID;
 use crate::call::RequestSummary;
-use crate::metrics::HistogramTable;
-
-/// What is recorded of each request: its duration, and the access line if asked for.
-pub struct RequestLog {
-    pub durations: HistogramTable,
-    /// `[log] access`.
-    pub access: bool,
-}
-
-impl RequestLog {
-    /// Records the end of a request that began at `started`: its duration under its method (or
-    /// batch, or none) and cache result, and its access line when they are on.
-    pub fn finish(
-        &self,
-        started: Instant,
-        status: StatusCode,
-        request_id: Option<&HeaderValue>,
-        summary: &RequestSummary,
-    ) {
-        let took = started.elapsed();
-        let table = &self.durations;
-        let row = match summary {
-            RequestSummary { batch: true, .. } => table.batch_row(),
-            RequestSummary {
-                method: Some(spec), ..
-            } => spec.index,
-            _ => table.none_row(),
-        };
-        table.observe(row, summary.cache, took.as_secs_f64());
-        if self.access {
-            let no_id = HeaderValue::from_static("-");
-            let id = request_id.unwrap_or(&no_id);
-            access_line(id, status.as_u16(), summary, took);
-        }
-    }
-}
 
 /// Opens a span per request and measures it.
 #[derive(Clone)]
@@ -141,9 +101,8 @@ where
             method = ?req.method(),
             path = ?req.uri().path()
         );
-        // A JSON-RPC body is recorded where its answer is made (see the module doc).
-        let recorded_below =
-            req.method() == Method::POST && super::router::rpc_path(req.uri().path()).is_some();
+        // A JSON-RPC request carries its own record (see the module doc).
+        let recorded_below = super::rpc::is_rpc(req.method(), req.uri().path());
         // Kept for the access line (the header value is reference-counted, not copied).
         let log = &self.shared.log;
         let request_id = (log.access && !recorded_below).then(|| id.clone());
@@ -211,29 +170,4 @@ where
         }
         Poll::Ready(out)
     }
-}
-
-/// One access line: who asked what, what came of it, how long it took. Never params, never keys:
-/// the method is a registered name, the upstream a configured name, the client an address.
-fn access_line(id: &HeaderValue, status: u16, s: &RequestSummary, took: Duration) {
-    let method = match (&s.method, s.batch) {
-        (_, true) => "batch",
-        (Some(spec), false) => spec.name.as_str(),
-        (None, false) => "-",
-    };
-    let client = s
-        .client
-        .map_or_else(|| "-".to_string(), |ip| ip.to_string());
-    tracing::info!(
-        target: "snowgate::access",
-        request_id = id.to_str().unwrap_or("-"),
-        client = client.as_str(),
-        method,
-        calls = s.calls,
-        status,
-        cache = s.cache.unwrap_or("-"),
-        upstream = s.upstream.as_deref().unwrap_or("-"),
-        duration_ms = (took.as_secs_f64() * 1e6).round() / 1e3,
-        "request"
-    );
 }
