@@ -317,11 +317,6 @@ impl Limiter {
             .collect()
     }
 
-    /// Whether quotas are global (held in Redis).
-    pub fn is_global(&self) -> bool {
-        self.global.is_some()
-    }
-
     /// Works out who a request comes from.
     pub fn identify(&self, peer: IpAddr, headers: &http::HeaderMap) -> ClientId {
         let presented = [
