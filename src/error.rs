@@ -280,7 +280,33 @@ impl ProxyError {
             UpstreamTimeout { .. } | UpstreamUnavailable { .. } | BadUpstreamAnswer { .. } => {
                 Blame::Upstream
             }
-            _ => Blame::Client,
+            NotFound
+            | PostRequired(_)
+            | WrongHttpMethod { .. }
+            | UnsupportedMediaType(_)
+            | BrokenBody
+            | BodyTooLarge(_)
+            | BodyTimeout(_)
+            | ConnectionLimit { per_address: true }
+            | AnswersUnread
+            | Unauthorized
+            | UnknownPurgeMethod(_)
+            | NoSuchUpstream(_)
+            | Parse { .. }
+            | InvalidVersion { .. }
+            | IdTooLong(_)
+            | NotARequest(_)
+            | TooDeep(_)
+            | EmptyBatch
+            | BatchTooLong { .. }
+            | Ambiguous(_)
+            | TooLargeForNode(_)
+            | RefusedAsTooLarge { .. }
+            | UnknownMethod { .. }
+            | WrongPath { .. }
+            | Refused { .. }
+            | UnknownUpstream(_)
+            | RateLimited { .. } => Blame::Client,
         }
     }
 
@@ -328,16 +354,6 @@ impl ProxyError {
     /// The metric label of the outcome (see [`ProxyError::counted`]).
     pub fn outcome(&self) -> &'static str {
         self.counted().1
-    }
-
-    /// Failures worth another attempt on another node (for reads).
-    pub fn retryable(&self) -> bool {
-        matches!(
-            self,
-            ProxyError::UpstreamTimeout { .. }
-                | ProxyError::UpstreamUnavailable { .. }
-                | ProxyError::BadUpstreamAnswer { .. }
-        )
     }
 
     /// The node's `data` detail of an envelope error (JSON: the envelope as the node read it).

@@ -23,15 +23,16 @@
 //!   woken (at most one prune a second).
 //!
 //! * With `[redis]` and `[rate_limit] scope = "global"`, each client has one quota across the
-//!   fleet, held in Redis ([`global`]); the buckets here then hold this instance's share
-//!   (`rate / expected_instances`), used only while Redis cannot decide and `on_redis_down =
-//!   "local"`, and for refused calls that find no lease.
+//!   fleet, held in Redis ([`global`], its arithmetic apart in `lease.rs`); the buckets here then
+//!   hold this instance's share (`rate / expected_instances`), used only while Redis cannot
+//!   decide and `on_redis_down = "local"`, and for refused calls that find no lease.
 //!
 //! [`RateLimitLayer`] sits under the policy layer (refused calls cost nothing) and over the cache
 //! (hits are counted, at their own price).
 
 pub mod client;
 pub mod global;
+mod lease;
 
 use std::future::Future;
 use std::net::IpAddr;
@@ -314,11 +315,6 @@ impl Limiter {
                 (shown, count)
             })
             .collect()
-    }
-
-    /// Whether quotas are global (held in Redis).
-    pub fn is_global(&self) -> bool {
-        self.global.is_some()
     }
 
     /// Works out who a request comes from.

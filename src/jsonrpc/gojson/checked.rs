@@ -11,16 +11,17 @@
 
 use std::borrow::Cow;
 
+use super::depth::MAX_TREE_DEPTH;
+use super::lex::{is_space, string_stop};
 use super::raw::RawMembers;
-use super::scanner::{is_space, string_stop};
 use super::tree::go_lossy;
-use super::value::{Json, Members, MAX_TREE_DEPTH};
+use super::value::{Json, Members};
 
 /// The one-pass path of [`Json::parse`] and [`Json::parse_top`]: checks the grammar while it
 /// builds the tree, for the common case of an object or array whose strings have no escapes. It
 /// gives up (`None`) on anything else, valid or not, and the caller takes the two-pass path (Go's
-/// scanner, then [`TreeParser`]), which also words the errors. It accepts only what the scanner
-/// accepts and builds the same tree (a property test holds the two paths to that).
+/// scanner, then the tree of `tree.rs`), which also words the errors. It accepts only what the
+/// scanner accepts and builds the same tree (a property test holds the two paths to that).
 pub(super) struct Checked<'a> {
     buf: &'a [u8],
     pos: usize,
@@ -182,7 +183,8 @@ impl<'a> Checked<'a> {
         Some(())
     }
 
-    /// The members of a top-level object as raw slices, as [`object_members`] gives them (key
+    /// The members of a top-level object as raw slices, as
+    /// [`object_members`](super::raw::object_members) gives them (key
     /// without its quotes, still escaped; value as written), checked in the same pass.
     pub(super) fn raw_members(&mut self) -> Option<RawMembers<'a>> {
         let buf = self.buf;
@@ -295,16 +297,17 @@ mod tests {
     use super::*;
     use crate::jsonrpc::gojson::raw::object_members;
     use crate::jsonrpc::gojson::testing::json_text;
+    use crate::jsonrpc::gojson::tree::{parse_scanned, parse_top_scanned};
     use crate::jsonrpc::gojson::{scan_object_members, scan_value, Top};
 
     /// The one-pass path against the two-pass one on `buf`: it may give up, but whatever it
     /// builds, the scanner accepts and builds the same.
     fn same_as_scanned(buf: &[u8]) -> Result<(), proptest::test_runner::TestCaseError> {
         if let Some(members) = Checked::new(buf).top_object() {
-            proptest::prop_assert_eq!(Ok(Top::Object(members)), Json::parse_top_scanned(buf));
+            proptest::prop_assert_eq!(Ok(Top::Object(members)), parse_top_scanned(buf));
         }
         if let Some(value) = Checked::new(buf).container() {
-            proptest::prop_assert_eq!(Ok(value), Json::parse_scanned(buf));
+            proptest::prop_assert_eq!(Ok(value), parse_scanned(buf));
         }
         Ok(())
     }

@@ -2,11 +2,14 @@
 //!
 //! Hand-written for a safety need: a tree of Go's full 10,000 levels would overflow a task's stack
 //! when built or dropped, so the gateway refuses a body past its configured depth with one cheap
-//! bracket walk (strings skipped a run at a time), and [`super::Json::parse`] refuses past
-//! [`super::MAX_TREE_DEPTH`] naming the bracket as Go's scanner would.
+//! bracket walk (strings skipped a run at a time), and `Json::parse` refuses past
+//! [`MAX_TREE_DEPTH`] naming the bracket as Go's scanner would.
 
-use super::scanner::{invalid, quote_or_backslash, SyntaxError};
-use super::value::MAX_TREE_DEPTH;
+use super::lex::quote_or_backslash;
+use super::scanner::{invalid, SyntaxError};
+
+/// The deepest `Json` tree built: far beyond any real request, well within a task's stack.
+pub(crate) const MAX_TREE_DEPTH: usize = 512;
 
 /// Refuses a value `depth` levels deep when that is past [`MAX_TREE_DEPTH`], naming the bracket
 /// that went past it as Go's scanner would.

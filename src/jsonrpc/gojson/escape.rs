@@ -10,7 +10,7 @@
 
 use std::fmt::Write as _;
 
-use super::scanner::{is_space, string_stop};
+use super::lex::{is_space, string_stop};
 
 /// Appends `s` as a JSON string the way Go's encoder writes it (HTML-safe).
 pub fn write_go_string(out: &mut String, s: &str) {

@@ -3,29 +3,18 @@
 //!
 //! Hand-written for a measured need: a node's answer is split into `jsonrpc`, `result`/`error` and
 //! `id` on every forwarded call and a batch into its elements, and neither needs a tree; the
-//! result's bytes go back to the client as the node wrote them. One pass for the common case
-//! ([`scan_object_members`] through the one-pass checker), the scanner and a walk otherwise.
+//! result's bytes go back to the client as the node wrote them. The walks here run on text the
+//! scanner already accepted; `scan_object_members` (`parse.rs`) checks an answer in one pass
+//! when it can and takes the scanner and this walk otherwise.
 
-use super::checked::Checked;
-use super::scanner::{is_space, scan_value, SyntaxError};
+use super::lex::is_space;
 
 /// An object's members as raw slices: `(key, value)`.
 pub(crate) type RawMembers<'a> = Vec<(&'a [u8], &'a [u8])>;
 
-/// The first value of `buf` checked as Go's scanner does and, when it is an object, its members
-/// as [`object_members`] gives them: one pass for the common case, else the scanner and the walk.
-/// `Err` is the scanner's error; `Ok(None)`: valid, but not an object.
-pub(crate) fn scan_object_members(buf: &[u8]) -> Result<Option<RawMembers<'_>>, SyntaxError> {
-    if let Some(members) = Checked::new(buf).raw_members() {
-        return Ok(Some(members));
-    }
-    let range = scan_value(buf)?;
-    Ok(object_members(&buf[range]))
-}
-
 /// The members of a JSON object as raw slices: `(key, value)`, the key without its quotes and still
 /// escaped, the value exactly as written. `raw` must be one object already validated by
-/// [`scan_value`]; anything else gives `None`.
+/// [`scan_value`](super::scanner::scan_value); anything else gives `None`.
 pub(crate) fn object_members(raw: &[u8]) -> Option<RawMembers<'_>> {
     let mut p = RawWalker { buf: raw, pos: 0 };
     p.ws();
@@ -129,7 +118,7 @@ impl RawWalker<'_> {
 }
 
 /// The elements of a JSON array as raw slices. `raw` must be one array already validated by
-/// [`scan_value`]; anything else gives `None`.
+/// [`scan_value`](super::scanner::scan_value); anything else gives `None`.
 pub(crate) fn array_elements(raw: &[u8]) -> Option<Vec<&[u8]>> {
     let mut p = RawWalker { buf: raw, pos: 0 };
     p.ws();

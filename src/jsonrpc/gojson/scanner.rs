@@ -4,11 +4,12 @@
 //! Hand-written for node compatibility: a node answers a malformed body with -32700 and the
 //! scanner's message (`invalid character '1' after object key`, `unexpected EOF`, `EOF`), and the
 //! gateway must answer the same bytes; where the value ends (`5x` is `5`, `{} junk` is `{}`) is
-//! Go's rule too. [`string_stop`] skips runs of plain string bytes at once: the scanner's
+//! Go's rule too. `string_stop` (`lex.rs`) skips runs of plain string bytes at once: the scanner's
 //! byte-at-a-time walk through strings was the bulk of an envelope decode (a getTx body 3.3 -> 1.9
 //! µs when the skip came in).
 
 use super::escape::go_quote;
+use super::lex::{is_space, string_stop};
 
 /// Go's maximum nesting depth for the JSON scanner.
 const MAX_DEPTH: usize = 10_000;
@@ -32,10 +33,6 @@ impl std::fmt::Display for SyntaxError {
             SyntaxError::Invalid(msg) => f.write_str(msg),
         }
     }
-}
-
-pub(super) fn is_space(c: u8) -> bool {
-    matches!(c, b' ' | b'\t' | b'\r' | b'\n')
 }
 
 /// Go's `quoteChar`: how the scanner names an offending byte.
@@ -96,44 +93,6 @@ enum Step {
 /// `json.Decoder` does: returns the byte range of the value, or Go's error.
 pub(crate) fn scan_value(buf: &[u8]) -> Result<std::ops::Range<usize>, SyntaxError> {
     scan(buf).map(|(range, _)| range)
-}
-
-/// The index of the first byte of `s` that ends a run of plain string content: `"`, `\\` or a
-/// control character (below 0x20, which Go refuses inside a string). Eight bytes a step with the
-/// classic "has a zero byte" word trick: the byte-at-a-time search was about a tenth of a forwarded
-/// call's instructions (IDs, addresses and hex are most of the bytes). Hand-written because memchr
-/// searches for at most three bytes, not a range. The lowest flagged byte of a word is always a
-/// true match (a borrow only flags bytes above a real one).
-pub(super) fn string_stop(s: &[u8]) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let zero_byte = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
-    let mut chunks = s.chunks_exact(8);
-    let mut at = 0;
-    for chunk in &mut chunks {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(chunk);
-        let w = u64::from_le_bytes(word);
-        let hits = zero_byte(w ^ (ONES * u64::from(b'"')))
-            | zero_byte(w ^ (ONES * u64::from(b'\\')))
-            | w.wrapping_sub(ONES * 0x20) & !w & HIGH;
-        if hits != 0 {
-            return Some(at + (hits.trailing_zeros() / 8) as usize);
-        }
-        at += 8;
-    }
-    chunks
-        .remainder()
-        .iter()
-        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
-        .map(|p| at + p)
-}
-
-/// The index of the first `"` or `\\` in `s`: where a string's run of plain bytes ends for a
-/// caller that does not refuse control characters (the tree builder, on text the scanner already
-/// accepted; the bracket walk, which only counts).
-pub(super) fn quote_or_backslash(s: &[u8]) -> Option<usize> {
-    memchr::memchr2(b'"', b'\\', s)
 }
 
 /// [`scan_value`], plus the deepest nesting of arrays and objects in the value.
@@ -463,26 +422,5 @@ mod tests {
         assert_eq!(scan_value(b"5x").unwrap(), 0..1);
         assert_eq!(scan_value(b"5").unwrap(), 0..1);
         assert_eq!(scan_value(b"[]]").unwrap(), 0..2);
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn string_stop_finds_what_a_byte_search_finds(
-            bytes in proptest::collection::vec(
-                proptest::prop_oneof![
-                    proptest::num::u8::ANY,
-                    proptest::sample::select(vec![b'"', b'\\', 0x1f, 0x20, 0x7f, 0x80, 0xa0, b'a']),
-                ],
-                0..40,
-            ),
-        ) {
-            let naive = |controls: bool| {
-                bytes
-                    .iter()
-                    .position(|&b| b == b'"' || b == b'\\' || (controls && b < 0x20))
-            };
-            proptest::prop_assert_eq!(string_stop(&bytes), naive(true));
-            proptest::prop_assert_eq!(quote_or_backslash(&bytes), naive(false));
-        }
     }
 }

@@ -1,5 +1,6 @@
-//! The two-pass path's tree builder, over bytes Go's scanner already accepted, and Go's decoding of
-//! JSON string bytes.
+//! The two-pass path: Go's scanner first (which words any error), then the tree built over the
+//! bytes it accepted ([`parse_scanned`], [`parse_top_scanned`]); and Go's decoding of JSON string
+//! bytes.
 //!
 //! Hand-written for node compatibility: a string decodes as Go decodes it (every byte of invalid
 //! UTF-8 its own U+FFFD, a lone surrogate escape U+FFFD), which is what a node sees and echoes in
@@ -7,27 +8,73 @@
 
 use std::borrow::Cow;
 
-use super::scanner::{is_space, quote_or_backslash};
-use super::value::Json;
+use super::depth::too_deep;
+use super::lex::{is_space, quote_or_backslash};
+use super::scanner::{scan, SyntaxError};
+use super::value::{Json, Top};
+
+/// `Json::parse` in two passes: Go's scanner, then the tree.
+pub(super) fn parse_scanned(buf: &[u8]) -> Result<Json, SyntaxError> {
+    let (range, depth) = scan(buf)?;
+    too_deep(&buf[range.clone()], depth)?;
+    let mut p = TreeParser {
+        buf: &buf[range.clone()],
+        pos: 0,
+    };
+    Ok(p.value())
+}
+
+/// `Json::parse_top` in two passes: Go's scanner (which words any error exactly), then the
+/// tree.
+pub(super) fn parse_top_scanned(buf: &[u8]) -> Result<Top<'_>, SyntaxError> {
+    let (range, depth) = scan(buf)?;
+    let raw = &buf[range.clone()];
+    too_deep(raw, depth)?;
+    let mut p = TreeParser { buf: raw, pos: 0 };
+    if raw.first() != Some(&b'{') {
+        return Ok(Top::Other(p.value()));
+    }
+    p.pos = 1;
+    let mut members = Vec::new();
+    loop {
+        p.ws();
+        if p.peek() == b'}' {
+            break;
+        }
+        let key = Cow::Owned(p.string());
+        p.ws();
+        p.pos += 1; // ':'
+        p.ws();
+        let start = p.pos;
+        let value = p.value();
+        let at = range.start + start..range.start + p.pos;
+        members.push((key, value, at));
+        p.ws();
+        if p.peek() == b',' {
+            p.pos += 1;
+        }
+    }
+    Ok(Top::Object(members))
+}
 
 /// Recursive-descent builder over bytes the scanner already validated.
-pub(super) struct TreeParser<'a> {
-    pub(super) buf: &'a [u8],
-    pub(super) pos: usize,
+struct TreeParser<'a> {
+    buf: &'a [u8],
+    pos: usize,
 }
 
 impl TreeParser<'_> {
-    pub(super) fn ws(&mut self) {
+    fn ws(&mut self) {
         while self.pos < self.buf.len() && is_space(self.buf[self.pos]) {
             self.pos += 1;
         }
     }
 
-    pub(super) fn peek(&self) -> u8 {
+    fn peek(&self) -> u8 {
         self.buf.get(self.pos).copied().unwrap_or(b' ')
     }
 
-    pub(super) fn value(&mut self) -> Json {
+    fn value(&mut self) -> Json {
         self.ws();
         match self.peek() {
             b'{' => {
@@ -98,7 +145,7 @@ impl TreeParser<'_> {
 
     /// Reads a string token and unescapes it as Go does (invalid UTF-8 and lone surrogates become
     /// U+FFFD).
-    pub(super) fn string(&mut self) -> String {
+    fn string(&mut self) -> String {
         self.pos += 1; // opening quote
                        // Fast path: no escape before the closing quote (IDs, addresses, hex: nearly every string
                        // of a request) is one copy, not a byte-by-byte build.

@@ -1,5 +1,7 @@
 //! [`Json`], the checked JSON value the rest of snowgate works with: what
 //! [`crate::jsonrpc::decode`] builds from a request and what the devnode's methods read their arguments from.
+//! This file is the type, its accessors and its encodings; the parsers that build it sit above it
+//! (`parse.rs` is where [`Json::parse`] starts).
 //!
 //! Hand-written for node compatibility: numbers stay their validated source text (a node echoes
 //! `9223372036854775807` and `1.50` as sent, never through a float), object members keep their
@@ -9,15 +11,8 @@
 
 use std::borrow::Cow;
 
-use super::checked::Checked;
-use super::depth::too_deep;
 use super::escape::{plain_string_len, write_go_string, write_plain_string};
 use super::fold::fold_eq;
-use super::scanner::{scan, SyntaxError};
-use super::tree::TreeParser;
-
-/// The deepest [`Json`] tree built: far beyond any real request, well within a task's stack.
-pub(crate) const MAX_TREE_DEPTH: usize = 512;
 
 /// A parsed JSON value. Numbers keep their source text; object members keep their order and
 /// duplicates, so callers decide how keys are matched (see [`Json::field`]).
@@ -33,71 +28,6 @@ pub enum Json {
 }
 
 impl Json {
-    /// Parses the first JSON value of `buf` with Go's syntax rules (trailing data is ignored).
-    ///
-    /// Trees deeper than `MAX_TREE_DEPTH` (512) are refused (Go's own scanner allows 10,000 levels;
-    /// building and dropping a tree that deep would overflow a task's stack).
-    pub fn parse(buf: &[u8]) -> Result<Json, SyntaxError> {
-        if let Some(value) = Checked::new(buf).container() {
-            return Ok(value);
-        }
-        Json::parse_scanned(buf)
-    }
-
-    /// [`Json::parse`] in two passes: Go's scanner, then the tree.
-    pub(super) fn parse_scanned(buf: &[u8]) -> Result<Json, SyntaxError> {
-        let (range, depth) = scan(buf)?;
-        too_deep(&buf[range.clone()], depth)?;
-        let mut p = TreeParser {
-            buf: &buf[range.clone()],
-            pos: 0,
-        };
-        Ok(p.value())
-    }
-
-    /// Parses the first JSON value of `buf` once: an object comes back as its members, each with
-    /// the byte range of its value in `buf` (so a raw value such as a request id can be echoed
-    /// verbatim without another pass).
-    pub(crate) fn parse_top(buf: &[u8]) -> Result<Top<'_>, SyntaxError> {
-        if let Some(members) = Checked::new(buf).top_object() {
-            return Ok(Top::Object(members));
-        }
-        Json::parse_top_scanned(buf)
-    }
-
-    /// [`Json::parse_top`] in two passes: Go's scanner (which words any error exactly), then the
-    /// tree.
-    pub(super) fn parse_top_scanned(buf: &[u8]) -> Result<Top<'_>, SyntaxError> {
-        let (range, depth) = scan(buf)?;
-        let raw = &buf[range.clone()];
-        too_deep(raw, depth)?;
-        let mut p = TreeParser { buf: raw, pos: 0 };
-        if raw.first() != Some(&b'{') {
-            return Ok(Top::Other(p.value()));
-        }
-        p.pos = 1;
-        let mut members = Vec::new();
-        loop {
-            p.ws();
-            if p.peek() == b'}' {
-                break;
-            }
-            let key = Cow::Owned(p.string());
-            p.ws();
-            p.pos += 1; // ':'
-            p.ws();
-            let start = p.pos;
-            let value = p.value();
-            let at = range.start + start..range.start + p.pos;
-            members.push((key, value, at));
-            p.ws();
-            if p.peek() == b',' {
-                p.pos += 1;
-            }
-        }
-        Ok(Top::Object(members))
-    }
-
     /// The name Go's decoder reports for this kind of value in an `UnmarshalTypeError`.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -212,7 +142,7 @@ impl Json {
     }
 }
 
-/// The first value of a body, as [`Json::parse_top`] returns it.
+/// The first value of a body, as `Json::parse_top` returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Top<'a> {
     /// An object: its members in order, each with the byte range of its value.
@@ -244,29 +174,6 @@ mod tests {
         let v = Json::parse(br#"{"Height":1,"HEIGHT":2,"\u017fubnetID":"x"}"#).unwrap();
         assert_eq!(v.field("height"), Some(&Json::Number("2".into())));
         assert_eq!(v.field("subnetID").and_then(Json::as_str), Some("x"));
-    }
-
-    #[test]
-    fn deep_trees_are_refused_not_overflowed() {
-        let ok = format!(
-            "{}1{}",
-            "[".repeat(MAX_TREE_DEPTH),
-            "]".repeat(MAX_TREE_DEPTH)
-        );
-        let deep = format!("{}1{}", "[".repeat(9999), "]".repeat(9999));
-        let h = std::thread::Builder::new()
-            .stack_size(512 * 1024)
-            .spawn(move || {
-                let shallow = Json::parse(ok.as_bytes()).is_ok();
-                (
-                    shallow,
-                    Json::parse(deep.as_bytes()).unwrap_err().to_string(),
-                )
-            })
-            .unwrap();
-        let (shallow, err) = h.join().unwrap();
-        assert!(shallow);
-        assert_eq!(err, "invalid character '[' exceeded max depth");
     }
 
     proptest::proptest! {
