@@ -52,19 +52,6 @@ impl Family {
 
 pub use crate::jsonrpc::http::{INFO_PATH, PROPOSERVM_PATH, P_CHAIN_PATHS};
 
-/// The family served at an HTTP path, if any.
-pub fn family_for_path(path: &str) -> Option<Family> {
-    if path == INFO_PATH {
-        Some(Family::Info)
-    } else if P_CHAIN_PATHS.contains(&path) {
-        Some(Family::Platform)
-    } else if path == PROPOSERVM_PATH {
-        Some(Family::ProposerVm)
-    } else {
-        None
-    }
-}
-
 /// Who may call a method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -549,18 +536,13 @@ mod tests {
     }
 
     #[test]
-    fn paths_map_to_families() {
-        for p in P_CHAIN_PATHS {
-            assert_eq!(family_for_path(p), Some(Family::Platform));
-        }
-        assert_eq!(family_for_path("/ext/info"), Some(Family::Info));
-        assert_eq!(
-            family_for_path("/ext/bc/P/proposervm"),
-            Some(Family::ProposerVm)
-        );
-        assert_eq!(family_for_path("/ext/P/proposervm"), None);
+    fn services_map_to_families_served_at_their_paths() {
+        assert_eq!(Family::for_service("info"), Some(Family::Info));
+        assert_eq!(Family::for_service("platform"), Some(Family::Platform));
         assert_eq!(Family::for_service("proposervm"), Some(Family::ProposerVm));
-        assert_eq!(family_for_path("/ext/bc/P/"), None);
-        assert_eq!(family_for_path("/ext/bc/X"), None);
+        assert_eq!(Family::for_service("avm"), None);
+        assert_eq!(Family::Info.canonical_path(), INFO_PATH);
+        assert!(P_CHAIN_PATHS.contains(&Family::Platform.canonical_path()));
+        assert_eq!(Family::ProposerVm.canonical_path(), "/ext/bc/P/proposervm");
     }
 }
