@@ -566,6 +566,11 @@ impl Metrics {
         self.shown[part as usize].store(true, Ordering::Relaxed);
     }
 
+    /// Whether `part`'s metrics are exposed (it has been built; see [`Part`]).
+    pub fn is_shown(&self, part: Part) -> bool {
+        self.shown[part as usize].load(Ordering::Relaxed)
+    }
+
     /// The text exposition of every metric.
     pub fn render(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(8192);
