@@ -36,7 +36,9 @@ pub struct CheckArgs {
     pub config: PathBuf,
 }
 
-/// The effective config of `serve`: the file (if any) with the flags applied on top.
+/// The effective config of `serve`: the file (if any) with the flags applied on top. Not validated
+/// here: the gateway validates what it starts with, naming the file ([`Gateway::start`],
+/// [`crate::gateway::ConfigSource::named`]).
 pub fn serve_config(args: &ServeArgs) -> anyhow::Result<Config> {
     let mut config = match &args.config {
         Some(path) => Config::read(path)?,
@@ -60,10 +62,6 @@ pub fn serve_config(args: &ServeArgs) -> anyhow::Result<Config> {
             })
             .collect();
     }
-    config.validate().map_err(|e| match &args.config {
-        Some(path) => e.in_file(&path.display().to_string()),
-        None => e,
-    })?;
     Ok(config)
 }
 
@@ -159,9 +157,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let hangups = handle_hangups();
     let gateway = match args.config.clone() {
         // A reload reads the file again, with the same flags on top.
-        Some(_) => {
+        Some(path) => {
             let flags = args.clone();
-            let source = crate::gateway::ConfigSource::new(move || serve_config(&flags));
+            let source = crate::gateway::ConfigSource::new(move || serve_config(&flags))
+                .named(path.display().to_string());
             let gateway = Gateway::start_from(source, None).await?;
             let _ = hangups.set(gateway.reloader());
             gateway

@@ -287,10 +287,26 @@ impl Default for Registry {
     }
 }
 
+/// Who may call a built-in method (`None`: not built in), read from the table without building a
+/// registry (the config's validation asks it of each override).
+pub fn builtin_access(name: &str) -> Option<Access> {
+    BUILTIN.iter().find(|row| row.0 == name).map(|row| row.1)
+}
+
+/// The names of the built-in methods.
+pub fn builtin_names() -> impl Iterator<Item = &'static str> {
+    BUILTIN.iter().map(|row| row.0)
+}
+
 impl Registry {
     /// The built-in table with no overrides.
     pub fn builtin() -> Registry {
-        let methods = BUILTIN
+        Registry::indexed(Registry::builtin_specs())
+    }
+
+    /// The built-in table's specs, before they are numbered.
+    fn builtin_specs() -> HashMap<String, MethodSpec> {
+        BUILTIN
             .iter()
             .filter_map(|&(name, access, cache, cost, height)| {
                 let family = Family::for_service(name.split('.').next()?)?;
@@ -310,8 +326,7 @@ impl Registry {
                     },
                 ))
             })
-            .collect();
-        Registry::indexed(methods)
+            .collect()
     }
 
     /// Numbers the methods in name order and freezes the table.
@@ -339,14 +354,11 @@ impl Registry {
     }
 
     /// The built-in table with the config's `[methods]` applied (validated by `Config::validate`).
+    /// A gateway builds it once per config, in `Config::check`, and passes it down.
     pub fn with_overrides<'a>(
         overrides: impl IntoIterator<Item = (&'a String, &'a MethodOverride)>,
     ) -> Registry {
-        let mut methods: HashMap<String, MethodSpec> = Registry::builtin()
-            .methods
-            .iter()
-            .map(|(k, v)| (k.clone(), (**v).clone()))
-            .collect();
+        let mut methods = Registry::builtin_specs();
         for (name, o) in overrides {
             let service = name.split('.').next().unwrap_or_default();
             let Some(family) = o.family.or_else(|| Family::for_service(service)) else {

@@ -398,6 +398,23 @@ async fn a_broken_file_keeps_the_old_config_serving_and_says_why() {
 }
 
 #[tokio::test]
+async fn a_file_valid_only_with_a_restart_only_change_is_refused_and_says_so() {
+    let r = reloadable("reload-kept", 1, 1, "").await;
+    // Global quotas, held in a Redis the file adds: valid as written, but `[redis]` changes only
+    // at a restart, and without it global quotas have nowhere to be held.
+    let text = config_text(
+        &r.named,
+        "[rate_limit]\nscope = \"global\"\n\n[redis]\nurl = \"redis://127.0.0.1:1\"\n",
+    );
+    write(&r.path, &text);
+    let e = r.gw.reload().await.expect_err("refused: [redis] kept out");
+    assert!(e.contains("rate_limit.scope"), "{e}");
+    assert!(e.contains("restart-only settings kept as they are"), "{e}");
+    assert_eq!(height(&r.gw.url()).await.status, 200);
+    r.gw.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_changed_rate_limit_applies_to_the_next_call() {
     // No cache: a hit costs half a call.
     let generous =

@@ -5,8 +5,9 @@
 //! What a gateway is made of comes in two lifetimes. The `Core` lives as long as the gateway:
 //! the pool (whose nodes a reload changes in place), the cache (which survives a reload), the
 //! fleet's Redis, the metrics, the drain flag. A `Generation` is what one version of the config
-//! builds on top of it: the method registry, the rate limiter, the room for request bodies, and
-//! the [`Stack`] they make, which the server reads per request from one `ArcSwap`. A reload builds
+//! builds on top of it: the method registry (built once, by the config's validation, and handed
+//! to the core's cache and to every layer that reads it), the rate limiter, the room for request
+//! bodies, and the [`Stack`] they make, which the server reads per request from one `ArcSwap`. A reload builds
 //! the next generation beside the one serving and swaps the stack in one store: a request runs
 //! wholly on the generation it started on.
 
@@ -61,16 +62,18 @@ pub struct Gateway {
 pub const ADMIN_MAX_CONNECTIONS: usize = 64;
 
 impl Gateway {
-    /// Binds `config.server.listen` and starts serving.
+    /// Validates `config`, binds `config.server.listen` and starts serving.
     pub async fn start(config: Config) -> anyhow::Result<Gateway> {
+        let registry = config.check()?;
         let listener = bind(&config).await?;
-        Gateway::start_on(config, listener).await
+        Gateway::launch(config, registry, listener, None).await
     }
 
     /// Starts serving on an already bound listener (tests bind `127.0.0.1:0`). With no config
     /// source, [`Gateway::reload`] and `POST /snowgate/reload` answer that there is no file.
     pub async fn start_on(config: Config, listener: TcpListener) -> anyhow::Result<Gateway> {
-        Gateway::launch(config, listener, None).await
+        let registry = config.check()?;
+        Gateway::launch(config, registry, listener, None).await
     }
 
     /// Reads the config from `source` and starts serving on `listener` (or on the config's
@@ -80,15 +83,18 @@ impl Gateway {
         listener: Option<TcpListener>,
     ) -> anyhow::Result<Gateway> {
         let config = source.read()?;
+        let registry = source.check(&config)?;
         let listener = match listener {
             Some(l) => l,
             None => bind(&config).await?,
         };
-        Gateway::launch(config, listener, Some(source)).await
+        Gateway::launch(config, registry, listener, Some(source)).await
     }
 
+    /// Starts serving `config`, validated: `registry` is the one its check made.
     async fn launch(
         config: Config,
+        registry: Registry,
         listener: TcpListener,
         source: Option<ConfigSource>,
     ) -> anyhow::Result<Gateway> {
@@ -102,7 +108,7 @@ impl Gateway {
                 None => None,
             };
         let (stop, stop_rx) = watch::channel(false);
-        let live = reload::Live::start(&config, Some(stop_rx.clone()), source).await?;
+        let live = reload::Live::start(&config, registry, Some(stop_rx.clone()), source).await?;
         let stopped = |mut stop: watch::Receiver<bool>| async move {
             // Also ends when the sender is dropped with the gateway.
             let _ = stop.wait_for(|v| *v).await;
@@ -232,15 +238,16 @@ pub struct Parts {
     pub draining: Arc<AtomicBool>,
 }
 
-/// Validates `config` and builds the pool (one round of health checks done, so the first requests
+/// Validates `config` (building its method registry, once) and builds the pool (one round of health checks done, so the first requests
 /// find healthy nodes), the cache, the rate limiter and the stack. With `background`, the periodic
 /// health checks and the limiter's pruning run until it flips to true.
 pub async fn assemble(
     config: &Config,
     background: Option<watch::Receiver<bool>>,
 ) -> anyhow::Result<Parts> {
-    let core = Core::build(config, background.clone()).await?;
-    let generation = Generation::build(config, &core, None, background.as_ref());
+    let registry = config.check()?;
+    let core = Core::build(config, &registry, background.clone()).await?;
+    let generation = Generation::build(config, registry, &core, None, background.as_ref());
     let stack = Arc::new(generation.stack(&core, config, None));
     Ok(Parts {
         stack,
@@ -266,11 +273,12 @@ pub(crate) struct Core {
 }
 
 impl Core {
+    /// Builds what outlives reloads from a validated `config` and the `registry` it makes.
     async fn build(
         config: &Config,
+        registry: &Registry,
         background: Option<watch::Receiver<bool>>,
     ) -> anyhow::Result<Core> {
-        config.validate()?;
         let metrics = Metrics::new();
         let pool = Arc::new(
             Pool::new(
@@ -285,7 +293,6 @@ impl Core {
         pool.expect_network(config.network.id);
         pool.check_all().await;
         pool.settle_network(config.network.id);
-        let registry = Registry::with_overrides(&config.methods);
         // The fleet's Redis: asked once now (so that a Redis that is up is used from the first
         // request; one that is down costs at most a connect timeout here, and is retried in the
         // background).
@@ -354,14 +361,15 @@ pub(crate) struct Generation {
 }
 
 impl Generation {
-    /// The registry, the limiter (kept from `previous` when given), the body room.
+    /// Over the validated `config` and the `registry` its check made: the limiter (kept from
+    /// `previous` when given), the body room.
     fn build(
         config: &Config,
+        registry: Registry,
         core: &Core,
         previous: Option<(&Generation, &Config)>,
         background: Option<&watch::Receiver<bool>>,
     ) -> Generation {
-        let registry = Registry::with_overrides(&config.methods);
         let (limiter, limiter_tasks) = match previous {
             // Unchanged quotas keep their state (a reload is no way to refill a bucket).
             Some((prev, old))

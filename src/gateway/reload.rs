@@ -25,31 +25,58 @@ use tokio::sync::watch;
 
 use super::{unix_now, Core, Generation, Stacks};
 use crate::call::{Reload, ReloadReport};
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::methods::Registry;
 use crate::metrics::Event;
 use crate::ratelimit::Limiter;
 
-/// Where a gateway's config comes from: read at start and at every reload, validated as
-/// `snowgate check` validates it.
+/// Where a gateway's config comes from: read at start and at every reload, then validated by the
+/// gateway as `snowgate check` validates it (once: [`Config::check`], which also builds the
+/// method registry the gateway runs with), its errors naming the file the source is [`named`]
+/// after.
+///
+/// [`named`]: ConfigSource::named
 #[derive(Clone)]
-pub struct ConfigSource(Arc<dyn Fn() -> anyhow::Result<Config> + Send + Sync>);
+pub struct ConfigSource {
+    read: Arc<dyn Fn() -> anyhow::Result<Config> + Send + Sync>,
+    /// The file validation errors name (`None`: a config built in code).
+    origin: Option<String>,
+}
 
 impl ConfigSource {
     /// A TOML file.
     pub fn file(path: impl Into<PathBuf>) -> ConfigSource {
         let path = path.into();
-        ConfigSource(Arc::new(move || Ok(Config::load(&path)?)))
+        let origin = path.display().to_string();
+        ConfigSource::new(move || Ok(Config::read(&path)?)).named(origin)
     }
 
-    /// Any recipe (`snowgate serve` reads the file and applies its flags on top).
+    /// Any recipe (`snowgate serve` reads the file and applies its flags on top). What it gives
+    /// need not be validated: the gateway validates it.
     pub fn new(read: impl Fn() -> anyhow::Result<Config> + Send + Sync + 'static) -> ConfigSource {
-        ConfigSource(Arc::new(read))
+        ConfigSource {
+            read: Arc::new(read),
+            origin: None,
+        }
     }
 
-    /// Reads it now.
+    /// The same source, its validation errors naming `origin` (the file the recipe starts from).
+    pub fn named(mut self, origin: impl Into<String>) -> ConfigSource {
+        self.origin = Some(origin.into());
+        self
+    }
+
+    /// Reads it now (not validated).
     pub fn read(&self) -> anyhow::Result<Config> {
-        (self.0)()
+        (self.read)()
+    }
+
+    /// Validates a config this source read, naming its file; gives the registry it makes.
+    pub(crate) fn check(&self, config: &Config) -> Result<Registry, ConfigError> {
+        config.check().map_err(|e| match &self.origin {
+            Some(origin) => e.in_file(origin),
+            None => e,
+        })
     }
 }
 
@@ -70,8 +97,10 @@ pub(crate) struct Live {
 }
 
 impl Live {
+    /// Starts the gateway's state over a validated `config` and the `registry` its check made.
     pub(crate) async fn start(
         config: &Config,
+        registry: Registry,
         background: Option<watch::Receiver<bool>>,
         source: Option<ConfigSource>,
     ) -> anyhow::Result<Arc<Live>> {
@@ -82,8 +111,8 @@ impl Live {
             commit = crate::metrics::GIT_COMMIT,
             "snowgate starting"
         );
-        let core = Core::build(config, background.clone()).await?;
-        let generation = Generation::build(config, &core, None, background.as_ref());
+        let core = Core::build(config, &registry, background.clone()).await?;
+        let generation = Generation::build(config, registry, &core, None, background.as_ref());
         Ok(Arc::new_cyclic(|me: &Weak<Live>| {
             let reload = source
                 .as_ref()
@@ -163,13 +192,19 @@ impl Live {
             .await
             .map_err(|e| format!("reading the config failed: {e}"))?
             .map_err(|e| format!("{e:#}"))?;
+        // Validated once, building the registry the next generation runs with.
+        let registry = source.check(&next).map_err(|e| e.to_string())?;
         let mut report = ReloadReport::default();
         keep_restart_only(old, &mut next, &mut report.restart_needed);
-        // The old values put back may not fit what changed around them.
-        next.validate()
-            .map_err(|e| format!("{e} (with the restart-only settings kept as they are)"))?;
+        // The old values put back may not fit what changed around them (the registry stays: no
+        // restart-only setting is a method's).
+        if !report.restart_needed.is_empty() {
+            next.validate_with(&registry)
+                .map_err(|e| format!("{e} (with the restart-only settings kept as they are)"))?;
+        }
         let generation = Generation::build(
             &next,
+            registry,
             &self.core,
             Some((previous, old)),
             self.background.as_ref(),
