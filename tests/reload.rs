@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use snowgate::devnode::DevNode;
-use snowgate::gateway::ConfigSource;
+use snowgate::gateway::{ConfigSource, ReloadError};
 use snowgate::Gateway;
 use support::{call, devnodes, eventually, post, post_with, temp_dir, ADMIN_KEY};
 
@@ -357,7 +357,11 @@ async fn a_broken_file_keeps_the_old_config_serving_and_says_why() {
     ];
     for (text, named_in_error) in &broken {
         write(&path, text);
-        let e = gw.reload().await.expect_err("a broken file is refused");
+        let e = gw
+            .reload()
+            .await
+            .expect_err("a broken file is refused")
+            .to_string();
         assert!(e.contains(named_in_error), "{named_in_error}: {e}");
         let r = height(&url).await;
         assert_eq!(r.status, 200, "{}", r.body);
@@ -408,6 +412,8 @@ async fn a_file_valid_only_with_a_restart_only_change_is_refused_and_says_so() {
     );
     write(&r.path, &text);
     let e = r.gw.reload().await.expect_err("refused: [redis] kept out");
+    assert!(matches!(e, ReloadError::Kept(_)), "{e}");
+    let e = e.to_string();
     assert!(e.contains("rate_limit.scope"), "{e}");
     assert!(e.contains("restart-only settings kept as they are"), "{e}");
     assert_eq!(height(&r.gw.url()).await.status, 200);

@@ -305,7 +305,7 @@ impl AnswerCache {
     /// Drops every entry, or those of the methods named (an entry's key starts with its method's
     /// name and a NUL). Removal is done when the next maintenance runs (forced here, so a purge is
     /// visible at once).
-    pub async fn purge(&self, methods: Option<&[String]>) -> Result<(), String> {
+    pub async fn purge(&self, methods: Option<&[String]>) -> Result<(), PurgeError> {
         match methods {
             // moka drops invalidated entries over its next maintenance runs (in batches on a
             // large cache), telling the index as it goes; the index drops them at once.
@@ -323,9 +323,7 @@ impl AnswerCache {
                     prefixes.iter().any(|p| key.starts_with(p))
                 };
                 let of_store = of.clone();
-                self.store
-                    .invalidate_entries_if(move |_, v| of_store(v))
-                    .map_err(|e| e.to_string())?;
+                self.store.invalidate_entries_if(move |_, v| of_store(v))?;
                 self.index.retain(|_, e| !of(e));
             }
         }
@@ -470,6 +468,11 @@ fn class_label(c: CacheClass) -> &'static str {
         CacheClass::Never => "never",
     }
 }
+
+/// Why a purge of some methods' answers could not be started (moka's refusal of the predicate).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct PurgeError(#[from] moka::PredicateError);
 
 /// What the cache holds ([`AnswerCache::usage`]).
 #[derive(Debug, Clone, Copy)]

@@ -25,7 +25,7 @@ use tokio::sync::{watch, Semaphore};
 use crate::cache::shared::SharedCache;
 use crate::cache::AnswerCache;
 use crate::call::{BestHeight, ReloadReport};
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::http::admin::Admin;
 use crate::http::decode::Decoding;
 use crate::http::request_body::AddressRooms;
@@ -34,15 +34,46 @@ use crate::http::router::Routes;
 use crate::http::status::StatusBoard;
 use crate::http::trace::{RequestLog, TraceLayer};
 use crate::http::Surface;
+use crate::logging::FilterError;
 use crate::methods::Registry;
 use crate::metrics::{CounterTable, HistogramTable, Metrics, OUTCOMES};
 use crate::policy::AdminKeys;
 use crate::ratelimit::Limiter;
-use crate::shared::Shared;
+use crate::shared::{RedisSetupError, Shared};
 use crate::stack::{SharedRpc, Stack};
 use crate::upstream::Pool;
 
-pub use reload::ConfigSource;
+pub use reload::{ConfigSource, ReloadError};
+
+/// Why a gateway did not start, named the way an operator reads it (the key, the address, the
+/// node); `snowgate serve` prints it and exits 1.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The config is invalid, or its file cannot be read.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// `server.listen` or `admin.listen` cannot be listened on.
+    #[error("cannot listen on {addr} (`{key}`): {source}")]
+    Listen {
+        /// The config key of the address.
+        key: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    /// A bound listener's own address cannot be read.
+    #[error(transparent)]
+    Address(std::io::Error),
+    /// A node of `[[upstreams]]` cannot be set up (its URL, headers, TLS roots), as the pool
+    /// says it.
+    #[error("{0}")]
+    Pool(String),
+    /// The fleet's Redis (`[redis]`) cannot be set up.
+    #[error(transparent)]
+    Redis(#[from] RedisSetupError),
+    /// `[log] filter` cannot be applied.
+    #[error(transparent)]
+    LogFilter(#[from] FilterError),
+}
 
 /// A running gateway. Stop it with [`Gateway::shutdown`] (drain grace, then drain); dropping it
 /// stops accepting and drains the connections without the grace, in the background.
@@ -63,7 +94,7 @@ pub const ADMIN_MAX_CONNECTIONS: usize = 64;
 
 impl Gateway {
     /// Validates `config`, binds `config.server.listen` and starts serving.
-    pub async fn start(config: Config) -> anyhow::Result<Gateway> {
+    pub async fn start(config: Config) -> Result<Gateway, StartError> {
         let registry = config.check()?;
         let listener = bind(&config).await?;
         Gateway::launch(config, registry, listener, None).await
@@ -71,7 +102,7 @@ impl Gateway {
 
     /// Starts serving on an already bound listener (tests bind `127.0.0.1:0`). With no config
     /// source, [`Gateway::reload`] and `POST /snowgate/reload` answer that there is no file.
-    pub async fn start_on(config: Config, listener: TcpListener) -> anyhow::Result<Gateway> {
+    pub async fn start_on(config: Config, listener: TcpListener) -> Result<Gateway, StartError> {
         let registry = config.check()?;
         Gateway::launch(config, registry, listener, None).await
     }
@@ -81,7 +112,7 @@ impl Gateway {
     pub async fn start_from(
         source: ConfigSource,
         listener: Option<TcpListener>,
-    ) -> anyhow::Result<Gateway> {
+    ) -> Result<Gateway, StartError> {
         let config = source.read()?;
         let registry = source.check(&config)?;
         let listener = match listener {
@@ -97,16 +128,13 @@ impl Gateway {
         registry: Registry,
         listener: TcpListener,
         source: Option<ConfigSource>,
-    ) -> anyhow::Result<Gateway> {
-        let addr = listener.local_addr()?;
+    ) -> Result<Gateway, StartError> {
+        let addr = listener.local_addr().map_err(StartError::Address)?;
         // Bound before anything starts, so that a taken address fails the start.
-        let admin_listener =
-            match config.admin.listen {
-                Some(listen) => Some(TcpListener::bind(listen).await.map_err(|e| {
-                    anyhow::anyhow!("cannot listen on {listen} (`admin.listen`): {e}")
-                })?),
-                None => None,
-            };
+        let admin_listener = match config.admin.listen {
+            Some(addr) => Some(listen("admin.listen", addr).await?),
+            None => None,
+        };
         let (stop, stop_rx) = watch::channel(false);
         let live = reload::Live::start(&config, registry, Some(stop_rx.clone()), source).await?;
         let stopped = |mut stop: watch::Receiver<bool>| async move {
@@ -116,7 +144,7 @@ impl Gateway {
         let mut admin_addr = None;
         let mut done = Vec::with_capacity(2);
         if let Some(listener) = admin_listener {
-            let at = listener.local_addr()?;
+            let at = listener.local_addr().map_err(StartError::Address)?;
             tracing::info!(listen = %at, "admin listener: /metrics, /snowgate/status and the admin actions are served here");
             admin_addr = Some(at);
             done.push(tokio::spawn(crate::server::run(
@@ -193,7 +221,7 @@ impl Gateway {
 
     /// Reads the config source again and applies it (what `SIGHUP` and `POST /snowgate/reload`
     /// do); `Err` says why nothing changed. One reload runs at a time.
-    pub async fn reload(&self) -> Result<ReloadReport, String> {
+    pub async fn reload(&self) -> Result<ReloadReport, ReloadError> {
         self.live.reload().await
     }
 
@@ -218,11 +246,15 @@ impl Gateway {
     }
 }
 
-async fn bind(config: &Config) -> anyhow::Result<TcpListener> {
-    let listen = config.server.listen;
-    TcpListener::bind(listen)
+async fn bind(config: &Config) -> Result<TcpListener, StartError> {
+    listen("server.listen", config.server.listen).await
+}
+
+/// Listens on `addr`, the value of the config key `key`.
+async fn listen(key: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {listen} (`server.listen`): {e}"))
+        .map_err(|source| StartError::Listen { key, addr, source })
 }
 
 /// The parts of a gateway, assembled without a listener (the server, tests and benchmarks share
@@ -244,7 +276,7 @@ pub struct Parts {
 pub async fn assemble(
     config: &Config,
     background: Option<watch::Receiver<bool>>,
-) -> anyhow::Result<Parts> {
+) -> Result<Parts, StartError> {
     let registry = config.check()?;
     let core = Core::build(config, &registry, background.clone()).await?;
     let generation = Generation::build(config, registry, &core, None, background.as_ref());
@@ -278,7 +310,7 @@ impl Core {
         config: &Config,
         registry: &Registry,
         background: Option<watch::Receiver<bool>>,
-    ) -> anyhow::Result<Core> {
+    ) -> Result<Core, StartError> {
         let metrics = Metrics::new();
         let pool = Arc::new(
             Pool::new(
@@ -288,7 +320,7 @@ impl Core {
                 &config.limits,
                 metrics.clone(),
             )
-            .map_err(|e| anyhow::anyhow!(e))?,
+            .map_err(StartError::Pool)?,
         );
         pool.expect_network(config.network.id);
         pool.check_all().await;
@@ -298,7 +330,7 @@ impl Core {
         // background).
         let shared = match &config.redis {
             Some(redis) => {
-                let shared = Shared::new(redis, &metrics).map_err(|e| anyhow::anyhow!(e))?;
+                let shared = Shared::new(redis, &metrics)?;
                 shared.check().await;
                 Some(shared)
             }
