@@ -66,7 +66,35 @@ pub trait BestHeight: Send + Sync {
 /// Whether a call would be answered from the cache, asked by the rate limiter (a hit is charged
 /// at its own price) without depending on the cache, and without counting as a lookup.
 pub trait HitProbe: Send + Sync {
-    fn would_hit(&self, call: &RpcCall) -> bool;
+    /// Decides how the cache treats `call` (a [`Lookup`], built once: bypass, or its key built
+    /// and hashed), leaves that decision on the call for the cache to answer by, and says whether
+    /// the cache holds an answer for it now.
+    fn would_hit(&self, call: &mut RpcCall) -> bool;
+}
+
+/// How the cache treats one call, decided once per call by the first layer that needs it: the
+/// rate limiter, which charges a hit at its own price, or else the cache itself. It rides on the
+/// call ([`RpcCall::route_min_height`]) from the one to the other, so that the price and the
+/// answer follow one rule and one key, built and hashed once; the cache then takes the key, and
+/// the height stays for the pool to route by.
+#[derive(Debug, Clone, Default)]
+pub struct Lookup {
+    /// `None`: the call bypasses the cache (pinned to a node, or not cacheable), or the cache has
+    /// taken the key.
+    pub(crate) key: Option<CacheKey>,
+    /// A head-class call's: the pool's best height when it was decided, which its entry belongs
+    /// to; the pool prefers nodes that have reached it.
+    pub(crate) height: Option<u64>,
+}
+
+/// A cacheable call's key: the canonical text (method, params, and the height of a head-class
+/// entry) and its hash in the cache, each computed once.
+#[derive(Debug, Clone)]
+pub struct CacheKey {
+    /// What an entry is compared with on a hit.
+    pub(crate) text: String,
+    /// The cache's keyed hash of `text`.
+    pub(crate) fingerprint: u64,
 }
 
 /// What one HTTP request came to, as the decoding layer leaves it on the answer (an extension)
@@ -114,11 +142,22 @@ pub struct RpcCall {
     /// The client's id, raw; `None` for a notification.
     pub id: Option<Bytes>,
     pub caller: Caller,
-    /// Set by the cache for head-class calls: prefer nodes that reached this height.
-    pub route_min_height: Option<u64>,
+    /// The cache's [`Lookup`] for this call (`None` until a layer decides it): made by the rate
+    /// limiter or the cache, its key taken by the cache, its height read by the pool
+    /// ([`RpcCall::route_height`]).
+    ///
+    /// The field is named after the one part it carried first (the height); the name stays until
+    /// the decoding layer, which builds every call, can follow a rename to `lookup`.
+    pub route_min_height: Option<Lookup>,
 }
 
 impl RpcCall {
+    /// The height the cache decided a head-class call's answer belongs to: the pool prefers nodes
+    /// that have reached it.
+    pub fn route_height(&self) -> Option<u64> {
+        self.route_min_height.as_ref().and_then(|l| l.height)
+    }
+
     /// The block height the call asks about, for height-aware routing (`height` as a number or a
     /// quoted number; `"proposed"` and anything else give `None`).
     pub fn requested_height(&self) -> Option<u64> {

@@ -4,7 +4,8 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use crate::config::{Config, UpstreamConfig};
+use crate::config::{Config, ConfigError, UpstreamConfig};
+use crate::gateway::StartError;
 use crate::Gateway;
 
 /// Flags of `snowgate serve`.
@@ -36,8 +37,10 @@ pub struct CheckArgs {
     pub config: PathBuf,
 }
 
-/// The effective config of `serve`: the file (if any) with the flags applied on top.
-pub fn serve_config(args: &ServeArgs) -> anyhow::Result<Config> {
+/// The effective config of `serve`: the file (if any) with the flags applied on top. Not validated
+/// here: the gateway validates what it starts with, naming the file ([`Gateway::start`],
+/// [`crate::gateway::ConfigSource::named`]).
+pub fn serve_config(args: &ServeArgs) -> Result<Config, ConfigError> {
     let mut config = match &args.config {
         Some(path) => Config::read(path)?,
         None => Config::default(),
@@ -60,10 +63,6 @@ pub fn serve_config(args: &ServeArgs) -> anyhow::Result<Config> {
             })
             .collect();
     }
-    config.validate().map_err(|e| match &args.config {
-        Some(path) => e.in_file(&path.display().to_string()),
-        None => e,
-    })?;
     Ok(config)
 }
 
@@ -154,14 +153,15 @@ pub(crate) async fn serve_until_stopped(gateway: Gateway) {
 }
 
 /// `snowgate serve`.
-pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+pub async fn serve(args: ServeArgs) -> Result<(), StartError> {
     // Until the gateway runs, a hangup must not kill the process either.
     let hangups = handle_hangups();
     let gateway = match args.config.clone() {
         // A reload reads the file again, with the same flags on top.
-        Some(_) => {
+        Some(path) => {
             let flags = args.clone();
-            let source = crate::gateway::ConfigSource::new(move || serve_config(&flags));
+            let source = crate::gateway::ConfigSource::new(move || serve_config(&flags))
+                .named(path.display().to_string());
             let gateway = Gateway::start_from(source, None).await?;
             let _ = hangups.set(gateway.reloader());
             gateway
@@ -178,20 +178,22 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 /// `error: ` and the message of a command that failed, with each cause once: a cause whose text
 /// its outer error already quotes (`cannot read X: No such file`) is not said again. Never a
 /// backtrace: this is what an operator reads in a terminal or the journal.
-pub fn error_report(e: &anyhow::Error) -> String {
+pub fn error_report(e: &(dyn std::error::Error + 'static)) -> String {
     let mut report = format!("error: {e}");
-    for cause in e.chain().skip(1) {
-        let text = cause.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
         if !report.contains(&text) {
             report.push_str(": ");
             report.push_str(&text);
         }
+        cause = c.source();
     }
     report
 }
 
 /// `snowgate check`: validates a file; prints the offending key on failure.
-pub fn check(args: &CheckArgs) -> anyhow::Result<()> {
+pub fn check(args: &CheckArgs) -> Result<(), ConfigError> {
     let config = Config::load(&args.config)?;
     println!(
         "{}: ok ({} upstreams, {} method overrides)",

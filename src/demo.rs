@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::cli::{handle_hangups, serve_until_stopped};
 use crate::config::{Config, UpstreamConfig};
 use crate::devnode::{DevNode, DevNodeConfig, Network};
+use crate::gateway::StartError;
 use crate::Gateway;
 
 /// Flags of `snowgate demo`.
@@ -24,8 +25,19 @@ pub struct DemoArgs {
     pub block_interval: Duration,
 }
 
+/// Why the demo did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    /// A simulated node could not start (its port, its chain).
+    #[error(transparent)]
+    Node(#[from] std::io::Error),
+    /// The gateway could not start.
+    #[error(transparent)]
+    Gateway(#[from] StartError),
+}
+
 /// `snowgate demo`: three simulated nodes of one network and the gateway in front of them.
-pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+pub async fn run(args: DemoArgs) -> Result<(), DemoError> {
     handle_hangups();
     let network = Network::start(crate::devnode::ChainConfig {
         network_id: 12345,

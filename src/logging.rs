@@ -48,7 +48,7 @@ pub fn init(format: crate::config::LogFormat) {
 /// Applies `[log] filter` (`None`: the default). Does nothing while `RUST_LOG` is set or when
 /// [`init`] did not install the subscriber. The directives were checked by the config's
 /// validation; an error here names them anyway.
-pub fn set_filter(filter: Option<&str>) -> Result<(), String> {
+pub fn set_filter(filter: Option<&str>) -> Result<(), FilterError> {
     let Some(handle) = FILTER.get() else {
         return Ok(());
     };
@@ -56,7 +56,17 @@ pub fn set_filter(filter: Option<&str>) -> Result<(), String> {
         return Ok(());
     }
     let directives = filter.unwrap_or(DEFAULT_FILTER);
-    let parsed =
-        crate::config::log::parse_filter(directives).map_err(|e| format!("log.filter: {e}"))?;
-    handle.reload(parsed).map_err(|e| e.to_string())
+    let parsed = crate::config::log::parse_filter(directives).map_err(FilterError::Directives)?;
+    handle.reload(parsed).map_err(FilterError::Reload)
+}
+
+/// Why [`set_filter`] left the filter as it was.
+#[derive(Debug, thiserror::Error)]
+pub enum FilterError {
+    /// `[log] filter` is not a filter (validation refuses it first).
+    #[error("log.filter: {0}")]
+    Directives(tracing_subscriber::filter::ParseError),
+    /// The subscriber that held the filter is gone.
+    #[error(transparent)]
+    Reload(reload::Error),
 }

@@ -58,25 +58,25 @@ fn log_format(command: &Command) -> snowgate::config::LogFormat {
 fn main() {
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
-        eprintln!("{}", snowgate::cli::error_report(&e));
+        eprintln!("{}", snowgate::cli::error_report(&*e));
         std::process::exit(1);
     }
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     if let Command::Check(args) = &cli.command {
-        return snowgate::cli::check(args);
+        return Ok(snowgate::cli::check(args)?);
     }
     snowgate::logging::init(log_format(&cli.command));
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         match cli.command {
-            Command::Serve(args) => snowgate::cli::serve(args).await,
+            Command::Serve(args) => Ok(snowgate::cli::serve(args).await?),
             #[cfg(feature = "devnode")]
-            Command::Demo(args) => snowgate::demo::run(args).await,
+            Command::Demo(args) => Ok(snowgate::demo::run(args).await?),
             Command::Check(_) => Ok(()),
             #[cfg(feature = "devnode")]
-            Command::Devnode(args) => snowgate::devnode::cli::run(args).await,
+            Command::Devnode(args) => Ok(snowgate::devnode::cli::run(args).await?),
         }
     })
 }

@@ -52,19 +52,6 @@ impl Family {
 
 pub use crate::jsonrpc::http::{INFO_PATH, PROPOSERVM_PATH, P_CHAIN_PATHS};
 
-/// The family served at an HTTP path, if any.
-pub fn family_for_path(path: &str) -> Option<Family> {
-    if path == INFO_PATH {
-        Some(Family::Info)
-    } else if P_CHAIN_PATHS.contains(&path) {
-        Some(Family::Platform)
-    } else if path == PROPOSERVM_PATH {
-        Some(Family::ProposerVm)
-    } else {
-        None
-    }
-}
-
 /// Who may call a method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -300,10 +287,26 @@ impl Default for Registry {
     }
 }
 
+/// Who may call a built-in method (`None`: not built in), read from the table without building a
+/// registry (the config's validation asks it of each override).
+pub fn builtin_access(name: &str) -> Option<Access> {
+    BUILTIN.iter().find(|row| row.0 == name).map(|row| row.1)
+}
+
+/// The names of the built-in methods.
+pub fn builtin_names() -> impl Iterator<Item = &'static str> {
+    BUILTIN.iter().map(|row| row.0)
+}
+
 impl Registry {
     /// The built-in table with no overrides.
     pub fn builtin() -> Registry {
-        let methods = BUILTIN
+        Registry::indexed(Registry::builtin_specs())
+    }
+
+    /// The built-in table's specs, before they are numbered.
+    fn builtin_specs() -> HashMap<String, MethodSpec> {
+        BUILTIN
             .iter()
             .filter_map(|&(name, access, cache, cost, height)| {
                 let family = Family::for_service(name.split('.').next()?)?;
@@ -323,8 +326,7 @@ impl Registry {
                     },
                 ))
             })
-            .collect();
-        Registry::indexed(methods)
+            .collect()
     }
 
     /// Numbers the methods in name order and freezes the table.
@@ -352,14 +354,11 @@ impl Registry {
     }
 
     /// The built-in table with the config's `[methods]` applied (validated by `Config::validate`).
+    /// A gateway builds it once per config, in `Config::check`, and passes it down.
     pub fn with_overrides<'a>(
         overrides: impl IntoIterator<Item = (&'a String, &'a MethodOverride)>,
     ) -> Registry {
-        let mut methods: HashMap<String, MethodSpec> = Registry::builtin()
-            .methods
-            .iter()
-            .map(|(k, v)| (k.clone(), (**v).clone()))
-            .collect();
+        let mut methods = Registry::builtin_specs();
         for (name, o) in overrides {
             let service = name.split('.').next().unwrap_or_default();
             let Some(family) = o.family.or_else(|| Family::for_service(service)) else {
@@ -549,18 +548,13 @@ mod tests {
     }
 
     #[test]
-    fn paths_map_to_families() {
-        for p in P_CHAIN_PATHS {
-            assert_eq!(family_for_path(p), Some(Family::Platform));
-        }
-        assert_eq!(family_for_path("/ext/info"), Some(Family::Info));
-        assert_eq!(
-            family_for_path("/ext/bc/P/proposervm"),
-            Some(Family::ProposerVm)
-        );
-        assert_eq!(family_for_path("/ext/P/proposervm"), None);
+    fn services_map_to_families_served_at_their_paths() {
+        assert_eq!(Family::for_service("info"), Some(Family::Info));
+        assert_eq!(Family::for_service("platform"), Some(Family::Platform));
         assert_eq!(Family::for_service("proposervm"), Some(Family::ProposerVm));
-        assert_eq!(family_for_path("/ext/bc/P/"), None);
-        assert_eq!(family_for_path("/ext/bc/X"), None);
+        assert_eq!(Family::for_service("avm"), None);
+        assert_eq!(Family::Info.canonical_path(), INFO_PATH);
+        assert!(P_CHAIN_PATHS.contains(&Family::Platform.canonical_path()));
+        assert_eq!(Family::ProposerVm.canonical_path(), "/ext/bc/P/proposervm");
     }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use snowgate::devnode::DevNode;
-use snowgate::gateway::ConfigSource;
+use snowgate::gateway::{ConfigSource, ReloadError};
 use snowgate::Gateway;
 use support::{call, devnodes, eventually, post, post_with, temp_dir, ADMIN_KEY};
 
@@ -357,7 +357,11 @@ async fn a_broken_file_keeps_the_old_config_serving_and_says_why() {
     ];
     for (text, named_in_error) in &broken {
         write(&path, text);
-        let e = gw.reload().await.expect_err("a broken file is refused");
+        let e = gw
+            .reload()
+            .await
+            .expect_err("a broken file is refused")
+            .to_string();
         assert!(e.contains(named_in_error), "{named_in_error}: {e}");
         let r = height(&url).await;
         assert_eq!(r.status, 200, "{}", r.body);
@@ -395,6 +399,25 @@ async fn a_broken_file_keeps_the_old_config_serving_and_says_why() {
     assert_eq!(r.json()["restartNeeded"][0], "server", "{}", r.body);
     assert_eq!(height(&url).await.status, 200);
     gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_file_valid_only_with_a_restart_only_change_is_refused_and_says_so() {
+    let r = reloadable("reload-kept", 1, 1, "").await;
+    // Global quotas, held in a Redis the file adds: valid as written, but `[redis]` changes only
+    // at a restart, and without it global quotas have nowhere to be held.
+    let text = config_text(
+        &r.named,
+        "[rate_limit]\nscope = \"global\"\n\n[redis]\nurl = \"redis://127.0.0.1:1\"\n",
+    );
+    write(&r.path, &text);
+    let e = r.gw.reload().await.expect_err("refused: [redis] kept out");
+    assert!(matches!(e, ReloadError::Kept(_)), "{e}");
+    let e = e.to_string();
+    assert!(e.contains("rate_limit.scope"), "{e}");
+    assert!(e.contains("restart-only settings kept as they are"), "{e}");
+    assert_eq!(height(&r.gw.url()).await.status, 200);
+    r.gw.shutdown().await;
 }
 
 #[tokio::test]

@@ -63,7 +63,9 @@ use prometheus::{IntCounter, IntCounterVec, IntGauge};
 use tower::{Layer, Service, ServiceExt};
 use tracing::Instrument;
 
-use crate::call::{Answer, AnswerKind, BestHeight, CacheStatus, HitProbe, RpcCall};
+use crate::call::{
+    Answer, AnswerKind, BestHeight, CacheKey, CacheStatus, HitProbe, Lookup, RpcCall,
+};
 use crate::config::CacheConfig;
 use crate::error::ProxyError;
 use crate::methods::CacheClass;
@@ -303,7 +305,7 @@ impl AnswerCache {
     /// Drops every entry, or those of the methods named (an entry's key starts with its method's
     /// name and a NUL). Removal is done when the next maintenance runs (forced here, so a purge is
     /// visible at once).
-    pub async fn purge(&self, methods: Option<&[String]>) -> Result<(), String> {
+    pub async fn purge(&self, methods: Option<&[String]>) -> Result<(), PurgeError> {
         match methods {
             // moka drops invalidated entries over its next maintenance runs (in batches on a
             // large cache), telling the index as it goes; the index drops them at once.
@@ -321,9 +323,7 @@ impl AnswerCache {
                     prefixes.iter().any(|p| key.starts_with(p))
                 };
                 let of_store = of.clone();
-                self.store
-                    .invalidate_entries_if(move |_, v| of_store(v))
-                    .map_err(|e| e.to_string())?;
+                self.store.invalidate_entries_if(move |_, v| of_store(v))?;
                 self.index.retain(|_, e| !of(e));
             }
         }
@@ -384,18 +384,43 @@ impl AnswerCache {
 }
 
 impl HitProbe for AnswerCache {
-    /// Would this call be answered from the cache right now? (For the rate limiter's price.)
-    fn would_hit(&self, call: &RpcCall) -> bool {
-        if call.caller.pin.is_some() || !rules::cacheable_request(call) {
-            return false;
-        }
-        let head = (call.spec.cache == CacheClass::Head).then(|| self.best.best_height());
-        let fingerprint = self.fingerprint(&self.key(call, head));
-        self.index.contains_key(&fingerprint) || self.store.contains_key(&fingerprint)
+    /// Would this call be answered from the cache right now? (For the rate limiter's price.) The
+    /// decision stays on the call: the cache answers by it.
+    fn would_hit(&self, call: &mut RpcCall) -> bool {
+        let key = self.decide(call).key.as_ref();
+        key.is_some_and(|k| {
+            self.index.contains_key(&k.fingerprint) || self.store.contains_key(&k.fingerprint)
+        })
     }
 }
 
 impl AnswerCache {
+    /// The one rule for what the cache does with a call. Pinned calls want one node's own answer
+    /// and uncacheable ones go straight through; the others are keyed, a head-class call at the
+    /// pool's best height now.
+    fn lookup(&self, call: &RpcCall) -> Lookup {
+        if call.caller.pin.is_some() || !rules::cacheable_request(call) {
+            return Lookup::default();
+        }
+        let height = (call.spec.cache == CacheClass::Head).then(|| self.best.best_height());
+        let text = self.key(call, height);
+        let fingerprint = self.fingerprint(&text);
+        Lookup {
+            key: Some(CacheKey { text, fingerprint }),
+            height,
+        }
+    }
+
+    /// The call's lookup: the one already decided (by the rate limiter, to price it), or decided
+    /// now and left on the call.
+    fn decide<'c>(&self, call: &'c mut RpcCall) -> &'c mut Lookup {
+        let lookup = match call.route_min_height.take() {
+            Some(decided) => decided,
+            None => self.lookup(call),
+        };
+        call.route_min_height.insert(lookup)
+    }
+
     fn fingerprint(&self, key: &str) -> Fingerprint {
         self.hasher.hash_one(key)
     }
@@ -443,6 +468,11 @@ fn class_label(c: CacheClass) -> &'static str {
         CacheClass::Never => "never",
     }
 }
+
+/// Why a purge of some methods' answers could not be started (moka's refusal of the predicate).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct PurgeError(#[from] moka::PredicateError);
 
 /// What the cache holds ([`AnswerCache::usage`]).
 #[derive(Debug, Clone, Copy)]
@@ -503,20 +533,21 @@ where
     }
 
     fn call(&mut self, mut call: RpcCall) -> Self::Future {
-        // Pinned calls want one node's own answer; uncacheable ones go straight through.
-        if call.caller.pin.is_some() || !rules::cacheable_request(&call) {
-            self.cache.count(&call, "bypass");
+        let cache = &self.cache;
+        // Decided once: by the rate limiter when it priced the call, else here. The key is taken;
+        // the height stays on the call, so the pool asks a node that has reached the height the
+        // entry will belong to.
+        let lookup = cache.decide(&mut call);
+        let (key, head) = (lookup.key.take(), lookup.height);
+        let Some(CacheKey {
+            text: key,
+            fingerprint,
+        }) = key
+        else {
+            cache.count(&call, "bypass");
             let bypassed = self.inner.call(call).map(mark_bypassed as MarkBypassed);
             return Either::Left(Either::Left(bypassed));
-        }
-        let cache = &self.cache;
-        let head = (call.spec.cache == CacheClass::Head).then(|| cache.best.best_height());
-        if let Some(h) = head {
-            // Ask a node that has reached the height the entry will belong to.
-            call.route_min_height = Some(h);
-        }
-        let key = cache.key(&call, head);
-        let fingerprint = cache.fingerprint(&key);
+        };
         if let Some(e) = cache.indexed(fingerprint, &key) {
             cache.count(&call, "hit");
             let answer = Ok(e.answer(CacheStatus::Hit));
@@ -694,5 +725,60 @@ mod tests {
     #[test]
     fn moka_gets_the_fingerprint_as_its_hash() {
         assert_eq!(PassThrough.hash_one(0xdead_beef_u64), 0xdead_beef);
+    }
+
+    struct Best(AtomicU64);
+
+    impl BestHeight for Best {
+        fn best_height(&self) -> u64 {
+            self.0.load(Ordering::Relaxed)
+        }
+    }
+
+    #[test]
+    fn a_call_is_answered_by_the_lookup_it_was_priced_by() {
+        let registry = crate::methods::Registry::builtin();
+        let best = Arc::new(Best(AtomicU64::new(5)));
+        let metrics = Metrics::new();
+        let cache = AnswerCache::new(
+            &CacheConfig::default(),
+            best.clone(),
+            None,
+            &metrics,
+            registry.len(),
+        );
+        let head = registry
+            .all()
+            .into_iter()
+            .find(|m| m.cache == CacheClass::Head)
+            .expect("a head-class method");
+        let mut call = RpcCall::for_test(&registry, &head.name, "{}", false);
+        assert!(!cache.would_hit(&mut call), "an empty cache");
+        assert_eq!(call.route_height(), Some(5), "the pool routes by it");
+        // The best height moves between the price and the answer: the call keeps its decision,
+        // key and all (not built again).
+        best.0.store(6, Ordering::Relaxed);
+        let lookup = cache.decide(&mut call);
+        assert_eq!(lookup.height, Some(5));
+        let key = lookup.key.take().expect("a cacheable call is keyed");
+        assert!(key.text.ends_with("\u{0}@5"), "{:?}", key.text);
+        assert_eq!(key.fingerprint, cache.fingerprint(&key.text));
+        assert_eq!(
+            call.route_height(),
+            Some(5),
+            "the height stays once the key is taken"
+        );
+        // A call decided by nobody yet is decided by the cache, at the height now; a pinned one
+        // bypasses it, whatever its method.
+        let mut fresh = RpcCall::for_test(&registry, &head.name, "{}", false);
+        assert_eq!(cache.decide(&mut fresh).height, Some(6));
+        let mut pinned = RpcCall::for_test(&registry, &head.name, "{}", true);
+        pinned.caller.pin = Some("node-a".into());
+        assert!(!cache.would_hit(&mut pinned));
+        assert!(pinned
+            .route_min_height
+            .as_ref()
+            .is_some_and(|l| l.key.is_none()));
+        assert_eq!(pinned.route_height(), None);
     }
 }

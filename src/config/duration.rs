@@ -30,14 +30,18 @@ pub mod option {
     }
 }
 
-/// `text` as a duration, or the message a config error shows.
-pub fn parse(text: &str) -> Result<Duration, String> {
+/// `text` as a duration, or the error a config error shows.
+pub fn parse(text: &str) -> Result<Duration, NotADuration> {
     humantime::parse_duration(text).map_err(|_| {
         let shown: String = text.chars().take(40).collect();
-        let shown = shown.replace('`', "'");
-        format!("`{shown}` is not a duration: write {EXAMPLES}")
+        NotADuration(shown.replace('`', "'"))
     })
 }
+
+/// A duration that does not read: it says what it was (its first 40 characters) and what would.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a duration: write {EXAMPLES}")]
+pub struct NotADuration(String);
 
 #[cfg(test)]
 mod tests {
@@ -46,10 +50,11 @@ mod tests {
     #[test]
     fn a_bad_duration_names_itself_and_an_example() {
         assert_eq!(parse("250ms"), Ok(Duration::from_millis(250)));
-        let e = parse("200").unwrap_err();
+        let e = parse("200").unwrap_err().to_string();
         assert!(e.contains("`200`") && e.contains("`500ms`"), "{e}");
         assert!(parse("2 fortnights")
             .unwrap_err()
+            .to_string()
             .contains("`2 fortnights`"));
     }
 }

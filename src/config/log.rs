@@ -32,16 +32,21 @@ pub enum LogFormat {
 }
 
 impl std::str::FromStr for LogFormat {
-    type Err = String;
+    type Err = UnknownLogFormat;
 
-    fn from_str(s: &str) -> Result<LogFormat, String> {
+    fn from_str(s: &str) -> Result<LogFormat, UnknownLogFormat> {
         match s {
             "text" => Ok(LogFormat::Text),
             "json" => Ok(LogFormat::Json),
-            _ => Err(format!("{s:?} is not a log format: \"text\" or \"json\"")),
+            _ => Err(UnknownLogFormat(s.to_string())),
         }
     }
 }
+
+/// A `--log-format` that is neither `text` nor `json`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a log format: \"text\" or \"json\"")]
+pub struct UnknownLogFormat(String);
 
 impl LogConfig {
     /// Checks `[log]`; the error names the key.

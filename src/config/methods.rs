@@ -4,14 +4,18 @@
 use std::collections::BTreeMap;
 
 use super::{invalid, ConfigError};
-use crate::methods::{is_secret, Access, CacheClass, Family, MethodOverride, Registry};
+use crate::methods::{
+    builtin_access, builtin_names, is_secret, Access, CacheClass, Family, MethodOverride, Registry,
+};
 
 /// Checks every override: a method name a node serves, a family matching its service, node
 /// releases written as versions with `since` before `removed_in`, and no override that would
-/// make a keystore method public or a node's or keystore's answer cacheable.
-pub fn validate(methods: &BTreeMap<String, MethodOverride>) -> Result<(), ConfigError> {
-    let builtin = Registry::builtin();
-    let effective = Registry::with_overrides(methods);
+/// make a keystore method public or a node's or keystore's answer cacheable. `effective` is the
+/// registry the overrides make (`Registry::with_overrides(methods)`, built once by the caller).
+pub fn validate(
+    methods: &BTreeMap<String, MethodOverride>,
+    effective: &Registry,
+) -> Result<(), ConfigError> {
     for (name, o) in methods {
         let key = format!("methods.\"{name}\"");
         let Some((service, rest)) = name.split_once('.') else {
@@ -60,7 +64,7 @@ pub fn validate(methods: &BTreeMap<String, MethodOverride>) -> Result<(), Config
             matches!(access, Some(Access::NodeSpecific | Access::Keystore))
         };
         let cache = effective.get(name).map(|m| m.cache);
-        if (private(builtin.get(name).map(|m| m.access))
+        if (private(builtin_access(name))
             || private(effective.get(name).map(|m| m.access))
             || is_secret(name))
             && cache.is_some_and(|c| c != CacheClass::Never)
@@ -73,8 +77,8 @@ pub fn validate(methods: &BTreeMap<String, MethodOverride>) -> Result<(), Config
         // A name the registry does not know is a typo far more often than a new method: the
         // override would silently never apply. A new method is declared on purpose, with its
         // family and who may call it.
-        if builtin.get(name).is_none() && (o.family.is_none() || o.access.is_none()) {
-            let hint = match nearest(name, builtin.all().iter().map(|m| m.name.as_str())) {
+        if builtin_access(name).is_none() && (o.family.is_none() || o.access.is_none()) {
+            let hint = match nearest(name, builtin_names()) {
                 Some(known) => format!("did you mean `{known}`? "),
                 None => String::new(),
             };
@@ -127,7 +131,8 @@ mod tests {
     fn a_misspelt_method_is_refused_with_the_name_it_meant() {
         let one = |name: &str, table: &str| {
             let o: MethodOverride = toml::from_str(table).unwrap();
-            validate(&BTreeMap::from([(name.to_string(), o)]))
+            let methods = BTreeMap::from([(name.to_string(), o)]);
+            validate(&methods, &Registry::with_overrides(&methods))
         };
         let e = one("platform.getHeigth", "cost = 3")
             .unwrap_err()
@@ -155,7 +160,7 @@ mod tests {
     fn refused(name: &str, o: MethodOverride) -> String {
         let mut m = BTreeMap::new();
         m.insert(name.to_string(), o);
-        match validate(&m) {
+        match validate(&m, &Registry::with_overrides(&m)) {
             Err(ConfigError::Invalid { key, message, .. }) => format!("{key}: {message}"),
             other => panic!("{name}: {other:?}"),
         }
@@ -195,6 +200,6 @@ mod tests {
                 ..Default::default()
             },
         );
-        assert!(validate(&ok).is_ok());
+        assert!(validate(&ok, &Registry::with_overrides(&ok)).is_ok());
     }
 }

@@ -239,6 +239,21 @@ impl Config {
     /// the gateway starts with (at least one upstream, every number within what the runtime
     /// accepts). The error names the first offending key.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.check().map(drop)
+    }
+
+    /// [`Config::validate`], giving the method registry the config makes: built once, for the
+    /// validation and then for the gateway that starts (or reloads) with the config, which passes
+    /// it down to the layers that read it.
+    pub fn check(&self) -> Result<Registry, ConfigError> {
+        let registry = Registry::with_overrides(&self.methods);
+        self.validate_with(&registry)?;
+        Ok(registry)
+    }
+
+    /// [`Config::validate`] with `registry`, the one this config's `[methods]` make (a reload
+    /// validates again, with the same registry, after putting back the restart-only settings).
+    pub(crate) fn validate_with(&self, registry: &Registry) -> Result<(), ConfigError> {
         upstream::validate_upstreams(&self.upstreams)?;
         self.health.validate()?;
         self.upstream.validate()?;
@@ -250,8 +265,7 @@ impl Config {
                 "must be at least upstream.request_timeout",
             );
         }
-        self.rate_limit
-            .validate(&Registry::with_overrides(&self.methods))?;
+        self.rate_limit.validate(registry)?;
         self.cache.validate()?;
         self.validate_sharing()?;
         self.admin.validate()?;
@@ -264,7 +278,7 @@ impl Config {
             }
         }
         self.log.validate()?;
-        methods::validate(&self.methods)?;
+        methods::validate(&self.methods, registry)?;
         self.validate_durations()?;
         // Last, so that a file made to show one error (as the tests' are) reports that one.
         if self.upstreams.is_empty() {

@@ -143,48 +143,40 @@ const OWN_HEADERS: &[&str] = &[
 /// 80, so a URL without one is almost surely a mistake; an `https://` URL without one means 443,
 /// where a node behind a TLS proxy or a provider answers. Errors never quote the URL (it may hold
 /// a key).
-pub fn parse_base_url(url: &str) -> Result<BaseUrl, String> {
-    let uri: Uri = url.parse().map_err(|_| "not a URL".to_string())?;
+pub fn parse_base_url(url: &str) -> Result<BaseUrl, UrlError> {
+    let uri: Uri = url.parse().map_err(|_| UrlError::NotAUrl)?;
     let tls = match uri.scheme_str() {
         Some("http") => false,
         Some("https") => true,
-        Some(other) => {
-            return Err(format!(
-                "scheme {other:?} is not supported (use http or https)"
-            ))
-        }
-        None => return Err("missing scheme (use http://host:port or https://host)".into()),
+        Some(other) => return Err(UrlError::Scheme(other.to_string())),
+        None => return Err(UrlError::NoScheme),
     };
-    let full = uri.authority().cloned().ok_or("missing host")?;
+    let full = uri.authority().cloned().ok_or(UrlError::NoHost)?;
     let (credentials, hostport) = match full.as_str().rsplit_once('@') {
         Some((userinfo, hostport)) => (Some(percent_decode(userinfo)?), hostport),
         None => (None, full.as_str()),
     };
-    let authority: http::uri::Authority = hostport
-        .parse()
-        .map_err(|_| "the host is not valid".to_string())?;
+    let authority: http::uri::Authority = hostport.parse().map_err(|_| UrlError::BadHost)?;
     // What the pool's connections send as the Host header.
     if authority.as_str().bytes().any(|b| !b.is_ascii_graphic()) {
-        return Err("the host must be printable ASCII".into());
+        return Err(UrlError::HostNotAscii);
     }
     if uri.query().is_some() {
-        return Err("a base URL takes no query (put keys in the path or in headers)".into());
+        return Err(UrlError::Query);
     }
     let prefix = uri.path().trim_end_matches('/').to_string();
     // Every avalanchego API lives under /ext/: a base URL naming one is a mistake that would send
     // `/ext/bc/P/ext/info`.
     if prefix.split('/').any(|segment| segment == "ext") {
-        return Err(
-            "give the node's base URL, without /ext/... (snowgate adds the API paths)".into(),
-        );
+        return Err(UrlError::ApiPath);
     }
     match authority.port_u16() {
         None if tls => {}
         None => {
-            let host = authority.host();
-            return Err(format!("missing port (say http://{host}:9650)"));
+            let host = authority.host().to_string();
+            return Err(UrlError::NoPort { host });
         }
-        Some(0) => return Err("port 0 is not a port a node listens on".into()),
+        Some(0) => return Err(UrlError::PortZero),
         Some(_) => {}
     }
     Ok(BaseUrl {
@@ -195,8 +187,39 @@ pub fn parse_base_url(url: &str) -> Result<BaseUrl, String> {
     })
 }
 
+/// Why a node base URL cannot be used ([`parse_base_url`]); never quoting the URL (it may hold a
+/// key).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UrlError {
+    #[error("not a URL")]
+    NotAUrl,
+    #[error("scheme {0:?} is not supported (use http or https)")]
+    Scheme(String),
+    #[error("missing scheme (use http://host:port or https://host)")]
+    NoScheme,
+    #[error("missing host")]
+    NoHost,
+    #[error("invalid %-escape in the URL's credentials")]
+    BadEscape,
+    #[error("the URL's credentials are not UTF-8")]
+    CredentialsNotUtf8,
+    #[error("the host is not valid")]
+    BadHost,
+    #[error("the host must be printable ASCII")]
+    HostNotAscii,
+    #[error("a base URL takes no query (put keys in the path or in headers)")]
+    Query,
+    #[error("give the node's base URL, without /ext/... (snowgate adds the API paths)")]
+    ApiPath,
+    /// An `http://` URL without a port (the host is said, to suggest the node's).
+    #[error("missing port (say http://{host}:9650)")]
+    NoPort { host: String },
+    #[error("port 0 is not a port a node listens on")]
+    PortZero,
+}
+
 /// `%XX` escapes of a URL's user information, decoded.
-fn percent_decode(s: &str) -> Result<String, String> {
+fn percent_decode(s: &str) -> Result<String, UrlError> {
     let mut out = Vec::with_capacity(s.len());
     let mut bytes = s.bytes();
     while let Some(b) = bytes.next() {
@@ -205,30 +228,29 @@ fn percent_decode(s: &str) -> Result<String, String> {
             let digit = |d: Option<u8>| (d? as char).to_digit(16);
             match (digit(hex[0]), digit(hex[1])) {
                 (Some(h), Some(l)) => out.push((h * 16 + l) as u8),
-                _ => return Err("invalid %-escape in the URL's credentials".into()),
+                _ => return Err(UrlError::BadEscape),
             }
         } else {
             out.push(b);
         }
     }
-    String::from_utf8(out).map_err(|_| "the URL's credentials are not UTF-8".into())
+    String::from_utf8(out).map_err(|_| UrlError::CredentialsNotUtf8)
 }
 
 /// `${NAME}` in `value` replaced by the environment's `NAME`; the error names the variable, never
 /// the value.
-pub fn expand_env(value: &str) -> Result<String, String> {
+pub fn expand_env(value: &str) -> Result<String, EnvError> {
     let mut out = String::with_capacity(value.len());
     let mut rest = value;
     while let Some(start) = rest.find("${") {
         out.push_str(&rest[..start]);
         let after = &rest[start + 2..];
-        let end = after.find('}').ok_or("an unclosed ${ in a header value")?;
+        let end = after.find('}').ok_or(EnvError::Unclosed)?;
         let name = &after[..end];
         if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-            return Err("${...} must name an environment variable (letters, digits, _)".into());
+            return Err(EnvError::BadName);
         }
-        let var =
-            std::env::var(name).map_err(|_| format!("environment variable {name} is not set"))?;
+        let var = std::env::var(name).map_err(|_| EnvError::Unset(name.to_string()))?;
         out.push_str(&var);
         rest = &after[end + 1..];
     }
@@ -236,23 +258,54 @@ pub fn expand_env(value: &str) -> Result<String, String> {
     Ok(out)
 }
 
+/// Why `${...}` in a value cannot be expanded ([`expand_env`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvError {
+    #[error("an unclosed ${{ in a header value")]
+    Unclosed,
+    #[error("${{...}} must name an environment variable (letters, digits, _)")]
+    BadName,
+    /// The variable named is not set.
+    #[error("environment variable {0} is not set")]
+    Unset(String),
+}
+
+/// Why an upstream's extra header cannot be sent ([`UpstreamConfig::request_headers`]); names
+/// the header, never its value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    #[error("{0:?} is not a header name")]
+    Name(String),
+    /// A header snowgate sets itself.
+    #[error("{0:?} is set by snowgate (use host_header for Host)")]
+    Own(String),
+    /// Its value's `${...}` cannot be expanded.
+    #[error("header {name:?}: {error}")]
+    Env { name: String, error: EnvError },
+    #[error("header {0:?}: not a valid header value")]
+    Value(String),
+}
+
 impl UpstreamConfig {
     /// The extra headers to send, `${VAR}`s expanded, checked; the error names the header, never
     /// its value.
-    pub fn request_headers(&self) -> Result<Vec<(http::HeaderName, http::HeaderValue)>, String> {
+    pub fn request_headers(
+        &self,
+    ) -> Result<Vec<(http::HeaderName, http::HeaderValue)>, HeaderError> {
         self.headers
             .iter()
             .map(|(name, value)| {
                 let header = http::HeaderName::from_bytes(name.as_bytes())
-                    .map_err(|_| format!("{name:?} is not a header name"))?;
+                    .map_err(|_| HeaderError::Name(name.clone()))?;
                 if OWN_HEADERS.contains(&header.as_str()) {
-                    return Err(format!(
-                        "{name:?} is set by snowgate (use host_header for Host)"
-                    ));
+                    return Err(HeaderError::Own(name.clone()));
                 }
-                let value = expand_env(value).map_err(|e| format!("header {name:?}: {e}"))?;
+                let value = expand_env(value).map_err(|error| HeaderError::Env {
+                    name: name.clone(),
+                    error,
+                })?;
                 let value = http::HeaderValue::from_str(&value)
-                    .map_err(|_| format!("header {name:?}: not a valid header value"))?;
+                    .map_err(|_| HeaderError::Value(name.clone()))?;
                 Ok((header, value))
             })
             .collect()
@@ -273,10 +326,10 @@ impl UpstreamConfig {
     fn validate(&self, key: &str) -> Result<(), ConfigError> {
         let base = match parse_base_url(&self.url) {
             Ok(b) => b,
-            Err(msg) => return invalid(format!("{key}.url"), msg),
+            Err(e) => return invalid(format!("{key}.url"), e.to_string()),
         };
-        if let Err(msg) = self.request_headers() {
-            return invalid(format!("{key}.headers"), msg);
+        if let Err(e) = self.request_headers() {
+            return invalid(format!("{key}.headers"), e.to_string());
         }
         if let Some(h) = &self.host_header {
             if h.is_empty() || h.bytes().any(|b| !b.is_ascii_graphic()) {
@@ -315,8 +368,8 @@ impl UpstreamConfig {
                     "only for an https:// upstream (this url is http://)",
                 );
             }
-            if let Err(msg) = read_ca_file(path) {
-                return invalid(format!("{key}.tls_ca_file"), msg);
+            if let Err(e) = read_ca_file(path) {
+                return invalid(format!("{key}.tls_ca_file"), e.to_string());
             }
         }
         if !(1..=1000).contains(&self.weight) {
@@ -331,23 +384,51 @@ impl UpstreamConfig {
 /// (naming the file, not quoting it), so `snowgate check` refuses what the pool could not use.
 pub fn read_ca_file(
     path: &std::path::Path,
-) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, CaFileError> {
     use rustls::pki_types::pem::PemObject;
-    let shown = path.display();
-    let pem = std::fs::read(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let shown = || path.display().to_string();
+    let pem = std::fs::read(path).map_err(|error| CaFileError::Read {
+        shown: shown(),
+        error,
+    })?;
     let certs = rustls::pki_types::CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{shown} is not a PEM file of certificates: {e}"))?;
+        .map_err(|error| CaFileError::NotPem {
+            shown: shown(),
+            error,
+        })?;
     if certs.is_empty() {
-        return Err(format!("{shown} holds no PEM certificate"));
+        return Err(CaFileError::Empty(shown()));
     }
     let mut roots = rustls::RootCertStore::empty();
     for cert in &certs {
         roots
             .add(cert.clone())
-            .map_err(|e| format!("{shown}: a certificate is not a usable CA: {e}"))?;
+            .map_err(|error| CaFileError::NotCa {
+                shown: shown(),
+                error,
+            })?;
     }
     Ok(certs)
+}
+
+/// Why a `tls_ca_file` cannot be used ([`read_ca_file`]); names the file, never quotes it.
+#[derive(Debug, thiserror::Error)]
+pub enum CaFileError {
+    #[error("cannot read {shown}: {error}")]
+    Read {
+        shown: String,
+        error: std::io::Error,
+    },
+    #[error("{shown} is not a PEM file of certificates: {error}")]
+    NotPem {
+        shown: String,
+        error: rustls::pki_types::pem::Error,
+    },
+    #[error("{0} holds no PEM certificate")]
+    Empty(String),
+    #[error("{shown}: a certificate is not a usable CA: {error}")]
+    NotCa { shown: String, error: rustls::Error },
 }
 
 /// Names an upstream may not take: the node health API's checks of the gateway itself
@@ -574,7 +655,8 @@ mod tests {
             "http://[::1]",
         ] {
             let e = parse_base_url(no_port).unwrap_err();
-            assert!(e.contains("missing port"), "{no_port}: {e}");
+            assert!(matches!(e, UrlError::NoPort { .. }), "{no_port}: {e}");
+            assert!(e.to_string().contains("missing port"), "{no_port}: {e}");
         }
         assert!(parse_base_url("http://x:0").is_err());
     }

@@ -1,6 +1,7 @@
 //! `snowgate devnode`: run one simulated node from the command line, optionally with faults in
 //! force from the start (they can be changed later at its control endpoint, `/_devnode`).
 
+use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -149,7 +150,7 @@ fn fraction(s: &str) -> Result<f64, String> {
 }
 
 /// Runs a devnode until Ctrl-C.
-pub async fn run(args: DevnodeArgs) -> anyhow::Result<()> {
+pub async fn run(args: DevnodeArgs) -> io::Result<()> {
     let config = args.config()?;
     let listen = config.listen;
     let genesis = config
@@ -157,7 +158,7 @@ pub async fn run(args: DevnodeArgs) -> anyhow::Result<()> {
         .map(|g| humantime::format_rfc3339_seconds(g).to_string());
     let node = DevNode::spawn(config)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {listen}: {e}")))?;
     tracing::info!(
         addr = %node.addr(),
         node_id = node.node_id(),

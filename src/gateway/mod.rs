@@ -5,8 +5,9 @@
 //! What a gateway is made of comes in two lifetimes. The `Core` lives as long as the gateway:
 //! the pool (whose nodes a reload changes in place), the cache (which survives a reload), the
 //! fleet's Redis, the metrics, the drain flag. A `Generation` is what one version of the config
-//! builds on top of it: the method registry, the rate limiter, the room for request bodies, and
-//! the [`Stack`] they make, which the server reads per request from one `ArcSwap`. A reload builds
+//! builds on top of it: the method registry (built once, by the config's validation, and handed
+//! to the core's cache and to every layer that reads it), the rate limiter, the room for request
+//! bodies, and the [`Stack`] they make, which the server reads per request from one `ArcSwap`. A reload builds
 //! the next generation beside the one serving and swaps the stack in one store: a request runs
 //! wholly on the generation it started on.
 
@@ -24,7 +25,7 @@ use tokio::sync::{watch, Semaphore};
 use crate::cache::shared::SharedCache;
 use crate::cache::AnswerCache;
 use crate::call::{BestHeight, ReloadReport};
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::http::admin::Admin;
 use crate::http::decode::Decoding;
 use crate::http::record::RequestLog;
@@ -34,15 +35,46 @@ use crate::http::router::Routes;
 use crate::http::status::StatusBoard;
 use crate::http::trace::TraceLayer;
 use crate::http::Surface;
+use crate::logging::FilterError;
 use crate::methods::Registry;
 use crate::metrics::{CounterTable, HistogramTable, Metrics, OUTCOMES};
 use crate::policy::AdminKeys;
 use crate::ratelimit::Limiter;
-use crate::shared::Shared;
+use crate::shared::{RedisSetupError, Shared};
 use crate::stack::{SharedRpc, Stack};
 use crate::upstream::Pool;
 
-pub use reload::ConfigSource;
+pub use reload::{ConfigSource, ReloadError};
+
+/// Why a gateway did not start, named the way an operator reads it (the key, the address, the
+/// node); `snowgate serve` prints it and exits 1.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The config is invalid, or its file cannot be read.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// `server.listen` or `admin.listen` cannot be listened on.
+    #[error("cannot listen on {addr} (`{key}`): {source}")]
+    Listen {
+        /// The config key of the address.
+        key: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    /// A bound listener's own address cannot be read.
+    #[error(transparent)]
+    Address(std::io::Error),
+    /// A node of `[[upstreams]]` cannot be set up (its URL, headers, TLS roots), as the pool
+    /// says it.
+    #[error("{0}")]
+    Pool(String),
+    /// The fleet's Redis (`[redis]`) cannot be set up.
+    #[error(transparent)]
+    Redis(#[from] RedisSetupError),
+    /// `[log] filter` cannot be applied.
+    #[error(transparent)]
+    LogFilter(#[from] FilterError),
+}
 
 /// A running gateway. Stop it with [`Gateway::shutdown`] (drain grace, then drain); dropping it
 /// stops accepting and drains the connections without the grace, in the background.
@@ -62,16 +94,18 @@ pub struct Gateway {
 pub const ADMIN_MAX_CONNECTIONS: usize = 64;
 
 impl Gateway {
-    /// Binds `config.server.listen` and starts serving.
-    pub async fn start(config: Config) -> anyhow::Result<Gateway> {
+    /// Validates `config`, binds `config.server.listen` and starts serving.
+    pub async fn start(config: Config) -> Result<Gateway, StartError> {
+        let registry = config.check()?;
         let listener = bind(&config).await?;
-        Gateway::start_on(config, listener).await
+        Gateway::launch(config, registry, listener, None).await
     }
 
     /// Starts serving on an already bound listener (tests bind `127.0.0.1:0`). With no config
     /// source, [`Gateway::reload`] and `POST /snowgate/reload` answer that there is no file.
-    pub async fn start_on(config: Config, listener: TcpListener) -> anyhow::Result<Gateway> {
-        Gateway::launch(config, listener, None).await
+    pub async fn start_on(config: Config, listener: TcpListener) -> Result<Gateway, StartError> {
+        let registry = config.check()?;
+        Gateway::launch(config, registry, listener, None).await
     }
 
     /// Reads the config from `source` and starts serving on `listener` (or on the config's
@@ -79,31 +113,31 @@ impl Gateway {
     pub async fn start_from(
         source: ConfigSource,
         listener: Option<TcpListener>,
-    ) -> anyhow::Result<Gateway> {
+    ) -> Result<Gateway, StartError> {
         let config = source.read()?;
+        let registry = source.check(&config)?;
         let listener = match listener {
             Some(l) => l,
             None => bind(&config).await?,
         };
-        Gateway::launch(config, listener, Some(source)).await
+        Gateway::launch(config, registry, listener, Some(source)).await
     }
 
+    /// Starts serving `config`, validated: `registry` is the one its check made.
     async fn launch(
         config: Config,
+        registry: Registry,
         listener: TcpListener,
         source: Option<ConfigSource>,
-    ) -> anyhow::Result<Gateway> {
-        let addr = listener.local_addr()?;
+    ) -> Result<Gateway, StartError> {
+        let addr = listener.local_addr().map_err(StartError::Address)?;
         // Bound before anything starts, so that a taken address fails the start.
-        let admin_listener =
-            match config.admin.listen {
-                Some(listen) => Some(TcpListener::bind(listen).await.map_err(|e| {
-                    anyhow::anyhow!("cannot listen on {listen} (`admin.listen`): {e}")
-                })?),
-                None => None,
-            };
+        let admin_listener = match config.admin.listen {
+            Some(addr) => Some(listen("admin.listen", addr).await?),
+            None => None,
+        };
         let (stop, stop_rx) = watch::channel(false);
-        let live = reload::Live::start(&config, Some(stop_rx.clone()), source).await?;
+        let live = reload::Live::start(&config, registry, Some(stop_rx.clone()), source).await?;
         let stopped = |mut stop: watch::Receiver<bool>| async move {
             // Also ends when the sender is dropped with the gateway.
             let _ = stop.wait_for(|v| *v).await;
@@ -111,7 +145,7 @@ impl Gateway {
         let mut admin_addr = None;
         let mut done = Vec::with_capacity(2);
         if let Some(listener) = admin_listener {
-            let at = listener.local_addr()?;
+            let at = listener.local_addr().map_err(StartError::Address)?;
             tracing::info!(listen = %at, "admin listener: /metrics, /snowgate/status and the admin actions are served here");
             admin_addr = Some(at);
             done.push(tokio::spawn(crate::server::run(
@@ -188,7 +222,7 @@ impl Gateway {
 
     /// Reads the config source again and applies it (what `SIGHUP` and `POST /snowgate/reload`
     /// do); `Err` says why nothing changed. One reload runs at a time.
-    pub async fn reload(&self) -> Result<ReloadReport, String> {
+    pub async fn reload(&self) -> Result<ReloadReport, ReloadError> {
         self.live.reload().await
     }
 
@@ -213,11 +247,15 @@ impl Gateway {
     }
 }
 
-async fn bind(config: &Config) -> anyhow::Result<TcpListener> {
-    let listen = config.server.listen;
-    TcpListener::bind(listen)
+async fn bind(config: &Config) -> Result<TcpListener, StartError> {
+    listen("server.listen", config.server.listen).await
+}
+
+/// Listens on `addr`, the value of the config key `key`.
+async fn listen(key: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {listen} (`server.listen`): {e}"))
+        .map_err(|source| StartError::Listen { key, addr, source })
 }
 
 /// The parts of a gateway, assembled without a listener (the server, tests and benchmarks share
@@ -233,15 +271,16 @@ pub struct Parts {
     pub draining: Arc<AtomicBool>,
 }
 
-/// Validates `config` and builds the pool (one round of health checks done, so the first requests
+/// Validates `config` (building its method registry, once) and builds the pool (one round of health checks done, so the first requests
 /// find healthy nodes), the cache, the rate limiter and the stack. With `background`, the periodic
 /// health checks and the limiter's pruning run until it flips to true.
 pub async fn assemble(
     config: &Config,
     background: Option<watch::Receiver<bool>>,
-) -> anyhow::Result<Parts> {
-    let core = Core::build(config, background.clone()).await?;
-    let generation = Generation::build(config, &core, None, background.as_ref());
+) -> Result<Parts, StartError> {
+    let registry = config.check()?;
+    let core = Core::build(config, &registry, background.clone()).await?;
+    let generation = Generation::build(config, registry, &core, None, background.as_ref());
     let stack = Arc::new(generation.stack(&core, config, None));
     Ok(Parts {
         stack,
@@ -267,11 +306,12 @@ pub(crate) struct Core {
 }
 
 impl Core {
+    /// Builds what outlives reloads from a validated `config` and the `registry` it makes.
     async fn build(
         config: &Config,
+        registry: &Registry,
         background: Option<watch::Receiver<bool>>,
-    ) -> anyhow::Result<Core> {
-        config.validate()?;
+    ) -> Result<Core, StartError> {
         let metrics = Metrics::new();
         let pool = Arc::new(
             Pool::new(
@@ -281,18 +321,17 @@ impl Core {
                 &config.limits,
                 metrics.clone(),
             )
-            .map_err(|e| anyhow::anyhow!(e))?,
+            .map_err(StartError::Pool)?,
         );
         pool.expect_network(config.network.id);
         pool.check_all().await;
         pool.settle_network(config.network.id);
-        let registry = Registry::with_overrides(&config.methods);
         // The fleet's Redis: asked once now (so that a Redis that is up is used from the first
         // request; one that is down costs at most a connect timeout here, and is retried in the
         // background).
         let shared = match &config.redis {
             Some(redis) => {
-                let shared = Shared::new(redis, &metrics).map_err(|e| anyhow::anyhow!(e))?;
+                let shared = Shared::new(redis, &metrics)?;
                 shared.check().await;
                 Some(shared)
             }
@@ -355,14 +394,15 @@ pub(crate) struct Generation {
 }
 
 impl Generation {
-    /// The registry, the limiter (kept from `previous` when given), the body room.
+    /// Over the validated `config` and the `registry` its check made: the limiter (kept from
+    /// `previous` when given), the body room.
     fn build(
         config: &Config,
+        registry: Registry,
         core: &Core,
         previous: Option<(&Generation, &Config)>,
         background: Option<&watch::Receiver<bool>>,
     ) -> Generation {
-        let registry = Registry::with_overrides(&config.methods);
         let (limiter, limiter_tasks) = match previous {
             // Unchanged quotas keep their state (a reload is no way to refill a bucket).
             Some((prev, old))

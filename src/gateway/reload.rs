@@ -23,34 +23,96 @@ use std::sync::{Arc, Weak};
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
-use super::{unix_now, Core, Generation, Stacks};
+use super::{unix_now, Core, Generation, Stacks, StartError};
 use crate::call::{Reload, ReloadReport};
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::methods::Registry;
 use crate::metrics::Event;
 use crate::ratelimit::Limiter;
 
-/// Where a gateway's config comes from: read at start and at every reload, validated as
-/// `snowgate check` validates it.
+/// Where a gateway's config comes from: read at start and at every reload, then validated by the
+/// gateway as `snowgate check` validates it (once: [`Config::check`], which also builds the
+/// method registry the gateway runs with), its errors naming the file the source is [`named`]
+/// after.
+///
+/// [`named`]: ConfigSource::named
 #[derive(Clone)]
-pub struct ConfigSource(Arc<dyn Fn() -> anyhow::Result<Config> + Send + Sync>);
+pub struct ConfigSource {
+    read: Arc<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>,
+    /// The file validation errors name (`None`: a config built in code).
+    origin: Option<String>,
+}
 
 impl ConfigSource {
     /// A TOML file.
     pub fn file(path: impl Into<PathBuf>) -> ConfigSource {
         let path = path.into();
-        ConfigSource(Arc::new(move || Ok(Config::load(&path)?)))
+        let origin = path.display().to_string();
+        ConfigSource::new(move || Config::read(&path)).named(origin)
     }
 
-    /// Any recipe (`snowgate serve` reads the file and applies its flags on top).
-    pub fn new(read: impl Fn() -> anyhow::Result<Config> + Send + Sync + 'static) -> ConfigSource {
-        ConfigSource(Arc::new(read))
+    /// Any recipe (`snowgate serve` reads the file and applies its flags on top). What it gives
+    /// need not be validated: the gateway validates it.
+    pub fn new(
+        read: impl Fn() -> Result<Config, ConfigError> + Send + Sync + 'static,
+    ) -> ConfigSource {
+        ConfigSource {
+            read: Arc::new(read),
+            origin: None,
+        }
     }
 
-    /// Reads it now.
-    pub fn read(&self) -> anyhow::Result<Config> {
-        (self.0)()
+    /// The same source, its validation errors naming `origin` (the file the recipe starts from).
+    pub fn named(mut self, origin: impl Into<String>) -> ConfigSource {
+        self.origin = Some(origin.into());
+        self
     }
+
+    /// Reads it now (not validated).
+    pub fn read(&self) -> Result<Config, ConfigError> {
+        (self.read)()
+    }
+
+    /// Validates a config this source read, naming its file; gives the registry it makes.
+    pub(crate) fn check(&self, config: &Config) -> Result<Registry, ConfigError> {
+        config.check().map_err(|e| match &self.origin {
+            Some(origin) => e.in_file(origin),
+            None => e,
+        })
+    }
+}
+
+/// Why a reload changed nothing: logged at error, counted
+/// (`snowgate_config_reloads_total{result="error"}`), answered by `POST /snowgate/reload`.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// The gateway was started from a config built in code: there is nothing to read again.
+    #[error("snowgate was started without a config file (--config)")]
+    NoFile,
+    /// The task reading the config did not finish.
+    #[error("reading the config failed: {0}")]
+    Reading(tokio::task::JoinError),
+    /// The file cannot be read, or is not a valid config (with what caused it).
+    #[error("{}", with_causes(.0))]
+    Config(ConfigError),
+    /// Valid as written, but not with the restart-only settings kept at the values in force.
+    #[error("{0} (with the restart-only settings kept as they are)")]
+    Kept(ConfigError),
+    /// A node of the new `[[upstreams]]` cannot be set up, as the pool says it.
+    #[error("{0}")]
+    Pool(String),
+}
+
+/// `e`, then each of its causes, `: `-joined.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }
 
 /// A running gateway's state: what lives as long as it does, and the generation in force.
@@ -70,20 +132,22 @@ pub(crate) struct Live {
 }
 
 impl Live {
+    /// Starts the gateway's state over a validated `config` and the `registry` its check made.
     pub(crate) async fn start(
         config: &Config,
+        registry: Registry,
         background: Option<watch::Receiver<bool>>,
         source: Option<ConfigSource>,
-    ) -> anyhow::Result<Arc<Live>> {
+    ) -> Result<Arc<Live>, StartError> {
         // First, so that the file's filter rules the start's own lines too.
-        crate::logging::set_filter(config.log.filter.as_deref()).map_err(anyhow::Error::msg)?;
+        crate::logging::set_filter(config.log.filter.as_deref())?;
         tracing::info!(
             version = crate::metrics::VERSION,
             commit = crate::metrics::GIT_COMMIT,
             "snowgate starting"
         );
-        let core = Core::build(config, background.clone()).await?;
-        let generation = Generation::build(config, &core, None, background.as_ref());
+        let core = Core::build(config, &registry, background.clone()).await?;
+        let generation = Generation::build(config, registry, &core, None, background.as_ref());
         Ok(Arc::new_cyclic(|me: &Weak<Live>| {
             let reload = source
                 .as_ref()
@@ -115,7 +179,7 @@ impl Live {
     }
 
     /// Reads the source again and applies it; logs and counts the result.
-    pub(crate) async fn reload(&self) -> Result<ReloadReport, String> {
+    pub(crate) async fn reload(&self) -> Result<ReloadReport, ReloadError> {
         let result = self.apply().await;
         let metrics = &self.core.metrics;
         match &result {
@@ -150,9 +214,9 @@ impl Live {
         result
     }
 
-    async fn apply(&self) -> Result<ReloadReport, String> {
+    async fn apply(&self) -> Result<ReloadReport, ReloadError> {
         let Some(source) = &self.source else {
-            return Err("snowgate was started without a config file (--config)".into());
+            return Err(ReloadError::NoFile);
         };
         let mut state = self.state.lock().await;
         let (old, previous) = &*state;
@@ -161,15 +225,20 @@ impl Live {
         let reading = source.clone();
         let mut next = tokio::task::spawn_blocking(move || reading.read())
             .await
-            .map_err(|e| format!("reading the config failed: {e}"))?
-            .map_err(|e| format!("{e:#}"))?;
+            .map_err(ReloadError::Reading)?
+            .map_err(ReloadError::Config)?;
+        // Validated once, building the registry the next generation runs with.
+        let registry = source.check(&next).map_err(ReloadError::Config)?;
         let mut report = ReloadReport::default();
         keep_restart_only(old, &mut next, &mut report.restart_needed);
-        // The old values put back may not fit what changed around them.
-        next.validate()
-            .map_err(|e| format!("{e} (with the restart-only settings kept as they are)"))?;
+        // The old values put back may not fit what changed around them (the registry stays: no
+        // restart-only setting is a method's).
+        if !report.restart_needed.is_empty() {
+            next.validate_with(&registry).map_err(ReloadError::Kept)?;
+        }
         let generation = Generation::build(
             &next,
+            registry,
             &self.core,
             Some((previous, old)),
             self.background.as_ref(),
@@ -187,7 +256,8 @@ impl Live {
                 next.upstream.clone(),
                 &next.limits,
             )
-            .await?;
+            .await
+            .map_err(ReloadError::Pool)?;
         for (what, names) in [
             ("upstream added", &changes.added),
             ("upstream removed", &changes.removed),
@@ -238,9 +308,10 @@ impl Reload for Reloader {
             match live {
                 // A task of its own: an admin whose client gives up (the answer's future is
                 // dropped) must not cut a reload half-way, unlogged and uncounted.
-                Some(live) => tokio::spawn(async move { live.reload().await })
-                    .await
-                    .unwrap_or_else(|e| Err(format!("the reload task failed: {e}"))),
+                Some(live) => match tokio::spawn(async move { live.reload().await }).await {
+                    Ok(result) => result.map_err(|e| e.to_string()),
+                    Err(e) => Err(format!("the reload task failed: {e}")),
+                },
                 None => Err("the gateway is shutting down".into()),
             }
         })

@@ -5,19 +5,21 @@
 //! The request path pays nothing for it: the JSON is read from what already exists (the pool's
 //! state, the Prometheus counters the request path updates without locks, the event log). Rates,
 //! quantiles and the latency sparklines come from [`StatusBoard`], which copies the counters it
-//! needs once a second (one registry gather, whoever is watching) and keeps the last minute: a
-//! rate is the difference over the last [`WINDOW`], a quantile the one of the latency histogram's
-//! buckets over that window.
+//! needs once a second (whoever is watching) and keeps the last minute: a rate is the difference
+//! over the last [`WINDOW`], a quantile the one of the latency histogram's buckets over that
+//! window. It reads each counter through its own handle on [`Metrics`], never by its family's
+//! name: a metric renamed is a change here too, not a page of zeros.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use prometheus::proto::MetricFamily;
+use prometheus::core::Collector;
+use prometheus::proto::Metric;
 use serde::Serialize;
 
-use crate::metrics::{Event, Metrics};
+use crate::metrics::{Event, Metrics, Part};
 use crate::upstream::{PoolStatus, UpstreamStatus};
 
 /// The page.
@@ -83,7 +85,7 @@ impl StatusBoard {
 
     /// Copies the counters now.
     pub fn sample(&self) {
-        let sample = Arc::new(read(&self.metrics.registry().gather()));
+        let sample = Arc::new(read(&self.metrics));
         let mut samples = self.samples.lock();
         if samples.len() == KEPT {
             samples.pop_front();
@@ -332,69 +334,79 @@ fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
-/// Reads the counters the page needs out of a registry gather.
-fn read(families: &[MetricFamily]) -> Sample {
+/// Copies the counters the page needs, each from its own collector.
+fn read(metrics: &Metrics) -> Sample {
     let mut s = Sample {
         at: Some(Instant::now()),
         ..Sample::default()
     };
-    for family in families {
-        for m in family.get_metric() {
-            let label = |name: &str| {
-                m.get_label()
-                    .iter()
-                    .find(|l| l.get_name() == name)
-                    .map_or("", |l| l.get_value())
-            };
-            let counter = m.get_counter().get_value();
-            match family.get_name() {
-                "snowgate_requests_total" => {
-                    *s.outcomes.entry(label("outcome").to_string()).or_default() += counter;
-                }
-                "snowgate_upstream_requests_total" => {
-                    let u = s
-                        .upstreams
-                        .entry(label("upstream").to_string())
-                        .or_default();
-                    u.calls += counter;
-                    // A node's error answer to a call is the call's, not the node's fault.
-                    if !matches!(label("outcome"), "ok" | "rpc_error") {
-                        u.errors += counter;
-                    }
-                }
-                "snowgate_upstream_latency_seconds" => {
-                    let u = s
-                        .upstreams
-                        .entry(label("upstream").to_string())
-                        .or_default();
-                    let h = m.get_histogram();
-                    u.buckets = h
-                        .get_bucket()
-                        .iter()
-                        .map(|b| (b.get_upper_bound(), b.get_cumulative_count()))
-                        .collect();
-                    u.count = h.get_sample_count();
-                    u.sum = h.get_sample_sum();
-                }
-                "snowgate_cache_requests_total" => {
-                    let class = s.classes.entry(label("class").to_string()).or_default();
-                    match label("result") {
-                        "hit" => class.0 += counter,
-                        "miss" => class.1 += counter,
-                        _ => {}
-                    }
-                }
-                "snowgate_cache_evictions_total" => s.evictions += counter,
-                "snowgate_cache_coalesced_total" => s.coalesced += counter,
-                "snowgate_rate_limited_total" => s.limited += counter,
-                "snowgate_rate_limit_clients" => {
-                    s.rate_limit_clients = Some(m.get_gauge().get_value());
-                }
-                _ => {}
-            }
+    for m in series(&metrics.requests) {
+        *s.outcomes
+            .entry(label(&m, "outcome").to_string())
+            .or_default() += counter(&m);
+    }
+    for m in series(&metrics.upstream_requests) {
+        let u = s
+            .upstreams
+            .entry(label(&m, "upstream").to_string())
+            .or_default();
+        u.calls += counter(&m);
+        // A node's error answer to a call is the call's, not the node's fault.
+        if !matches!(label(&m, "outcome"), "ok" | "rpc_error") {
+            u.errors += counter(&m);
         }
     }
+    for m in series(&metrics.upstream_latency) {
+        let u = s
+            .upstreams
+            .entry(label(&m, "upstream").to_string())
+            .or_default();
+        let h = m.get_histogram();
+        u.buckets = h
+            .get_bucket()
+            .iter()
+            .map(|b| (b.get_upper_bound(), b.get_cumulative_count()))
+            .collect();
+        u.count = h.get_sample_count();
+        u.sum = h.get_sample_sum();
+    }
+    for m in series(&metrics.cache_lookups) {
+        let class = s.classes.entry(label(&m, "class").to_string()).or_default();
+        match label(&m, "result") {
+            "hit" => class.0 += counter(&m),
+            "miss" => class.1 += counter(&m),
+            _ => {}
+        }
+    }
+    s.evictions = metrics.cache_evictions.get() as f64;
+    s.coalesced = metrics.cache_coalesced.get() as f64;
+    s.limited = series(&metrics.rate_limited).iter().map(counter).sum();
+    // Shown from when a rate limiter is first built: none yet, no figure.
+    s.rate_limit_clients = metrics
+        .is_shown(Part::RateLimit)
+        .then(|| metrics.rate_limit_clients.get() as f64);
     s
+}
+
+/// The labelled children of one collector, as a scrape would read them.
+fn series(collector: &dyn Collector) -> Vec<Metric> {
+    collector
+        .collect()
+        .into_iter()
+        .flat_map(|mut family| family.take_metric())
+        .collect()
+}
+
+/// A child's value of the label `name` (`""` when it has none).
+fn label<'m>(m: &'m Metric, name: &str) -> &'m str {
+    m.get_label()
+        .iter()
+        .find(|l| l.get_name() == name)
+        .map_or("", |l| l.get_value())
+}
+
+fn counter(m: &Metric) -> f64 {
+    m.get_counter().get_value()
 }
 
 /// `GET /snowgate/status.json`.
@@ -504,6 +516,54 @@ mod tests {
         assert_eq!(quantile(&mixed, &none, 0.5), Some(10.0));
         let p99 = quantile(&mixed, &none, 0.99).expect("calls");
         assert!(p99 > 900.0 && p99 <= 1000.0, "{p99}");
+    }
+
+    #[test]
+    fn a_sample_reads_each_figure_through_its_own_collector() {
+        let m = Metrics::new();
+        m.requests
+            .with_label_values(&["platform.getHeight", "ok"])
+            .inc_by(3);
+        m.requests
+            .with_label_values(&["info.getNetworkID", "ok"])
+            .inc();
+        m.requests
+            .with_label_values(&["platform.getHeight", "refused"])
+            .inc();
+        for (outcome, n) in [("ok", 4), ("rpc_error", 1), ("timeout", 2)] {
+            m.upstream_requests
+                .with_label_values(&["node-a", outcome])
+                .inc_by(n);
+        }
+        m.upstream_latency
+            .with_label_values(&["node-a"])
+            .observe(0.003);
+        for (result, n) in [("hit", 5), ("miss", 2), ("bypass", 7)] {
+            m.cache_lookups
+                .with_label_values(&["platform.getTx", "immutable", result])
+                .inc_by(n);
+        }
+        m.cache_evictions.inc();
+        m.cache_coalesced.inc_by(2);
+        m.rate_limited.with_label_values(&["ip"]).inc();
+        m.rate_limited.with_label_values(&["key"]).inc_by(2);
+        m.rate_limit_clients.set(9);
+        assert_eq!(read(&m).rate_limit_clients, None, "no rate limiter yet");
+        m.show(Part::RateLimit);
+        let s = read(&m);
+        assert_eq!(s.outcomes.get("ok"), Some(&4.0));
+        assert_eq!(s.outcomes.get("refused"), Some(&1.0));
+        let a = &s.upstreams["node-a"];
+        assert_eq!(
+            (a.calls, a.errors),
+            (7.0, 2.0),
+            "a node's error answer is no error"
+        );
+        assert_eq!((a.count, a.sum), (1, 0.003));
+        assert!(a.buckets.iter().any(|&(bound, n)| bound >= 0.003 && n == 1));
+        assert_eq!(s.classes.get("immutable"), Some(&(5.0, 2.0)));
+        assert_eq!((s.evictions, s.coalesced, s.limited), (1.0, 2.0, 3.0));
+        assert_eq!(s.rate_limit_clients, Some(9.0));
     }
 
     #[test]

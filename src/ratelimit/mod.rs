@@ -680,9 +680,10 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, call: RpcCall) -> Self::Future {
+    fn call(&mut self, mut call: RpcCall) -> Self::Future {
         if !call.caller.admin {
-            let hit = self.cache.as_ref().is_some_and(|c| c.would_hit(&call));
+            // The cache's decision stays on the call: the cache answers by the one priced here.
+            let hit = self.cache.as_ref().is_some_and(|c| c.would_hit(&mut call));
             let units = self.limiter.units(call.spec.cost, hit);
             match self.limiter.admit(&call.caller.client, units) {
                 Admission::Decided(Ok(())) => {}

@@ -42,6 +42,32 @@ pub use breaker::{Breaker, State};
 /// reported down within this).
 const PING_EVERY: Duration = Duration::from_secs(1);
 
+/// Why the tier cannot be built from `[redis]` ([`Shared::new`]): the key, the file or the
+/// address (its password masked), and the reason.
+#[derive(Debug, thiserror::Error)]
+pub enum RedisSetupError {
+    /// `redis.ca_file` cannot be read.
+    #[error("`redis.ca_file` ({}): {error}", path.display())]
+    CaFile {
+        path: std::path::PathBuf,
+        error: std::io::Error,
+    },
+    /// `redis.url` is not one redis-rs can use.
+    #[error("`redis.url` ({shown}): {error}")]
+    Url {
+        /// The URL, its password masked.
+        shown: String,
+        error: redis::RedisError,
+    },
+    /// `redis.cluster` is not a cluster redis-rs can use.
+    #[error("`redis.cluster` ({shown}): {error}")]
+    Cluster {
+        /// The nodes' URLs, their passwords masked.
+        shown: String,
+        error: redis::RedisError,
+    },
+}
+
 /// Why a command did not give an answer. In every case the caller goes on as if there were no
 /// shared tier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,7 +171,7 @@ pub struct Shared {
 impl Shared {
     /// Builds the tier from `[redis]` without any I/O: the watcher ([`Shared::spawn_watcher`])
     /// connects, and until it has, requests do without Redis.
-    pub fn new(config: &RedisConfig, metrics: &Metrics) -> Result<Arc<Shared>, String> {
+    pub fn new(config: &RedisConfig, metrics: &Metrics) -> Result<Arc<Shared>, RedisSetupError> {
         let timeout = config.timeout;
         let shown = config
             .urls()
@@ -160,8 +186,10 @@ impl Shared {
             Some(path) => Some(redis::TlsCertificates {
                 client_tls: None,
                 root_cert: Some(
-                    std::fs::read(path)
-                        .map_err(|e| format!("`redis.ca_file` ({}): {e}", path.display()))?,
+                    std::fs::read(path).map_err(|error| RedisSetupError::CaFile {
+                        path: path.clone(),
+                        error,
+                    })?,
                 ),
             }),
             None => None,
@@ -174,7 +202,10 @@ impl Shared {
                     Some(certs) => redis::Client::build_with_tls(url.as_str(), certs),
                     None => redis::Client::open(url.as_str()),
                 }
-                .map_err(|e| format!("`redis.url` ({}): {e}", redact(url)))?;
+                .map_err(|error| RedisSetupError::Url {
+                    shown: redact(url),
+                    error,
+                })?;
                 let manager_config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(connect_timeout))
                     .set_response_timeout(None)
@@ -183,7 +214,10 @@ impl Shared {
                     .set_max_delay(Duration::from_secs(1));
                 let manager =
                     ConnectionManager::new_lazy_with_config(client.clone(), manager_config.clone())
-                        .map_err(|e| format!("`redis.url` ({}): {e}", redact(url)))?;
+                        .map_err(|error| RedisSetupError::Url {
+                            shown: redact(url),
+                            error,
+                        })?;
                 Link::Single {
                     client,
                     config: manager_config,
@@ -200,7 +234,10 @@ impl Shared {
                     .response_timeout(connect_timeout)
                     .retries(1)
                     .build()
-                    .map_err(|e| format!("`redis.cluster` ({shown}): {e}"))?;
+                    .map_err(|error| RedisSetupError::Cluster {
+                        shown: shown.clone(),
+                        error,
+                    })?;
                 Link::Cluster {
                     client: Box::new(client),
                     conn: parking_lot::RwLock::new(None),

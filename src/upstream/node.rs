@@ -185,8 +185,8 @@ impl Upstream {
         forward: &ForwardConfig,
         metrics: &Metrics,
     ) -> Result<Upstream, String> {
-        let base = parse_base_url(&config.url)?;
-        let mut headers = config.request_headers()?;
+        let base = parse_base_url(&config.url).map_err(|e| e.to_string())?;
+        let mut headers = config.request_headers().map_err(|e| e.to_string())?;
         if let Some(credentials) = &base.credentials {
             use base64::Engine as _;
             let basic = base64::engine::general_purpose::STANDARD.encode(credentials);

@@ -443,7 +443,7 @@ impl Pool {
                 Err(e) => Err(e.into_proxy_error(&upstream.name)),
             };
         }
-        let min_height = call.requested_height().max(call.route_min_height);
+        let min_height = call.requested_height().max(call.route_height());
         let mut tried: Vec<usize> = Vec::new();
         let mut last_error: Option<ProxyError> = None;
         let mut last_not_found: Option<Answer> = None;
