@@ -142,7 +142,7 @@ fn hostile(c: &mut Criterion) {
                     client: snowgate::call::ClientId::Ip([127, 0, 0, 1].into()),
                     request_id: None,
                 },
-                route_min_height: None,
+                lookup: None,
             };
             g.bench_function(format!("upstream_body {name}"), |b| {
                 b.iter(|| black_box(call.upstream_body(black_box(42))));

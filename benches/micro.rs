@@ -75,7 +75,7 @@ fn forward_encode(c: &mut Criterion) {
             client: snowgate::call::ClientId::Ip([127, 0, 0, 1].into()),
             request_id: None,
         },
-        route_min_height: None,
+        lookup: None,
     };
     c.bench_function("forward_encode getValidatorsAt", |b| {
         b.iter(|| black_box(call.upstream_body(black_box(42))));

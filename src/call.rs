@@ -74,7 +74,7 @@ pub trait HitProbe: Send + Sync {
 
 /// How the cache treats one call, decided once per call by the first layer that needs it: the
 /// rate limiter, which charges a hit at its own price, or else the cache itself. It rides on the
-/// call ([`RpcCall::route_min_height`]) from the one to the other, so that the price and the
+/// call ([`RpcCall::lookup`]) from the one to the other, so that the price and the
 /// answer follow one rule and one key, built and hashed once; the cache then takes the key, and
 /// the height stays for the pool to route by.
 #[derive(Debug, Clone, Default)]
@@ -97,8 +97,8 @@ pub struct CacheKey {
     pub(crate) fingerprint: u64,
 }
 
-/// What one HTTP request came to, as the decoding layer leaves it on the answer (an extension)
-/// for the trace layer's duration histogram and access log line.
+/// What one HTTP request came to, for its duration histogram and access line: filled in the
+/// request's record on its way down (`crate::http::record`), never carried back up.
 #[derive(Debug, Clone, Default)]
 pub struct RequestSummary {
     /// The method of a single call (`None`: a batch, or refused before a method was known).
@@ -145,17 +145,14 @@ pub struct RpcCall {
     /// The cache's [`Lookup`] for this call (`None` until a layer decides it): made by the rate
     /// limiter or the cache, its key taken by the cache, its height read by the pool
     /// ([`RpcCall::route_height`]).
-    ///
-    /// The field is named after the one part it carried first (the height); the name stays until
-    /// the decoding layer, which builds every call, can follow a rename to `lookup`.
-    pub route_min_height: Option<Lookup>,
+    pub lookup: Option<Lookup>,
 }
 
 impl RpcCall {
     /// The height the cache decided a head-class call's answer belongs to: the pool prefers nodes
     /// that have reached it.
     pub fn route_height(&self) -> Option<u64> {
-        self.route_min_height.as_ref().and_then(|l| l.height)
+        self.lookup.as_ref().and_then(|l| l.height)
     }
 
     /// The block height the call asks about, for height-aware routing (`height` as a number or a
@@ -330,7 +327,7 @@ impl RpcCall {
                 client: ClientId::Ip(ip),
                 request_id: None,
             },
-            route_min_height: None,
+            lookup: None,
         }
     }
 }

@@ -31,7 +31,11 @@
 //! [`gateway::assemble`], [`Config`] and its sections, [`stack::Stack`] with [`http::ConnInfo`]
 //! (one connection's stack, in process), the [`jsonrpc`] wire, the [`methods`] registry, the
 //! [`call`] types, [`cache::key`], [`upstream::conn`] (the node client, tested on its own), the
-//! [`devnode`], and the subcommands ([`cli`], [`demo`]). The rest is `pub(crate)`.
+//! [`devnode`], and the subcommands ([`cli`], [`demo`]). Most modules are `pub` because the
+//! integration tests and benchmarks reach into them (the quota script and the shared tier are
+//! tested against a real Redis through [`ratelimit`] and [`shared`], the status page's figures
+//! through [`metrics`]); only `keys`, `policy` and `server` are `pub(crate)`. Public here is not
+//! a promise of stability: the product is the binary.
 
 pub mod body;
 pub mod cache;

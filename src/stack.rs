@@ -2,7 +2,8 @@
 //! sits where it does. Config tunes a layer or turns it off (`option_layer`); it never reorders
 //! them.
 //!
-//! Per HTTP request ([`Stack::http`], built once per connection):
+//! Per HTTP request ([`Stack::http`], built for each request from the stack in force when it
+//! arrives, so that a reload reaches kept-alive connections; building it is clones of `Arc`s):
 //!
 //! | | layer | why here |
 //! |---|---|---|
@@ -24,8 +25,9 @@
 //! | 11 | forward | the pool: a healthy node, its own id, its answer checked |
 //!
 //! The per-call part is type-erased ([`RpcService`]): one boxed future per call, and the rate
-//! limiter boxes its own. Measured as a few percent of a hit's CPU (see the README's benchmark);
-//! the HTTP layers' futures are concrete types.
+//! limiter boxes its own. Measured as a few percent of a hit's CPU (see the README's benchmark).
+//! Of the HTTP layers, the router boxes its future (it holds the body's room while the call runs
+//! below) and so does decode (an `async fn` over a batch); the others are concrete types.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -69,7 +71,7 @@ pub fn rpc(
         // 8. Refuse before anything costs: a refused call never reaches an upstream.
         .layer(PolicyLayer)
         // 9. Charge the client's quota: a hit is charged at its own price, so the limiter asks
-        //    the cache whether the call would hit (without counting it as a lookup).
+        //    the cache for its decision (bypass, or the key), which the call carries on to it.
         .option_layer(limiter.map(|l| RateLimitLayer::new(l, hits.map(|c| c as Arc<dyn HitProbe>))))
         // 10. Hits are answered here and never reach the pool; misses are coalesced.
         .option_layer(cache.map(CacheLayer::new))

@@ -254,7 +254,7 @@ fn invalid_utf8_inflation_is_counted_before_the_body_is_built() {
             client: snowgate::call::ClientId::Ip([127, 0, 0, 1].into()),
             request_id: None,
         },
-        route_min_height: None,
+        lookup: None,
     };
     let full = call.upstream_body(u64::MAX);
     assert_eq!(call.upstream_len(u64::MAX), full.len());

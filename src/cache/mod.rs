@@ -414,11 +414,11 @@ impl AnswerCache {
     /// The call's lookup: the one already decided (by the rate limiter, to price it), or decided
     /// now and left on the call.
     fn decide<'c>(&self, call: &'c mut RpcCall) -> &'c mut Lookup {
-        let lookup = match call.route_min_height.take() {
+        let lookup = match call.lookup.take() {
             Some(decided) => decided,
             None => self.lookup(call),
         };
-        call.route_min_height.insert(lookup)
+        call.lookup.insert(lookup)
     }
 
     fn fingerprint(&self, key: &str) -> Fingerprint {
@@ -775,10 +775,7 @@ mod tests {
         let mut pinned = RpcCall::for_test(&registry, &head.name, "{}", true);
         pinned.caller.pin = Some("node-a".into());
         assert!(!cache.would_hit(&mut pinned));
-        assert!(pinned
-            .route_min_height
-            .as_ref()
-            .is_some_and(|l| l.key.is_none()));
+        assert!(pinned.lookup.as_ref().is_some_and(|l| l.key.is_none()));
         assert_eq!(pinned.route_height(), None);
     }
 }

@@ -110,7 +110,7 @@ mod tests {
                 client: crate::call::ClientId::Ip([127, 0, 0, 1].into()),
                 request_id: None,
             },
-            route_min_height: None,
+            lookup: None,
         }
     }
 

@@ -290,7 +290,7 @@ where
             params: decoded.envelope.params,
             id: decoded.envelope.id.map(Bytes::from),
             caller: caller.clone(),
-            route_min_height: None,
+            lookup: None,
         };
         // What a node receives is re-encoded, never longer than the client's own bytes except
         // for invalid UTF-8 (each stray byte is the three bytes of U+FFFD, as Go reads it) and

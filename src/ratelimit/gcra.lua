@@ -14,7 +14,7 @@
 -- Answers {granted, wait}: the units taken (0 or between ARGV[5] and ARGV[4]) and, when none were
 -- but some were wanted, the microseconds until ARGV[5] units will be available (the Retry-After).
 -- The key expires when its TAT has passed: an idle client is then the same as a new one.
--- `src/ratelimit/global.rs` (`model`) is this arithmetic in Rust, property-tested.
+-- `src/ratelimit/lease.rs` (`model`) is this arithmetic in Rust, property-tested.
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local interval = tonumber(ARGV[1])
