@@ -1,8 +1,11 @@
 //! The unit of work inside the gateway: one checked JSON-RPC call, and a node's answer to it.
 //!
-//! The HTTP front turns a request body into an [`RpcCall`] (method looked up in the registry,
-//! params parsed, the client's id kept as raw bytes); the layers of the stack pass it down and an
-//! [`Answer`] back up; the front then writes the answer with the client's own id.
+//! The decoding layer (`crate::http::decode`) turns a request body into an [`RpcCall`] (method
+//! looked up in the registry, params parsed, the client's id kept as raw bytes, who is calling);
+//! the per-call layers (policy, rate limit, cache, the pool) pass it down and an [`Answer`] back
+//! up; decode then writes the answer with the client's own id. Also here: the small traits by
+//! which one per-call layer asks another without importing it ([`BestHeight`], [`HitProbe`],
+//! [`Reload`]), and what a request came to ([`RequestSummary`]).
 
 use std::net::IpAddr;
 use std::sync::Arc;

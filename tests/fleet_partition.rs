@@ -129,7 +129,7 @@ async fn a_silent_redis_connection_is_replaced_and_sharing_resumes() {
     let start = Instant::now();
     while fleet.metric(0, written).await <= written_before {
         assert!(
-            start.elapsed() < Duration::from_secs(10),
+            start.elapsed() < Duration::from_secs(60),
             "A never wrote its answer to Redis"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;

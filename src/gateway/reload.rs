@@ -3,19 +3,23 @@
 //! dropping a connection.
 //!
 //! A reload is all or nothing. The file is read and validated as `snowgate check` does; then the
-//! next generation is built beside the one serving (registry, limiter, stack), the pool takes its
-//! new nodes (each checked once before it is published), and one store swaps the stack. Until
-//! that store nothing a request sees has changed, and every step that can fail comes before it,
-//! so an invalid file (or a node URL that cannot be built) leaves the config in force serving,
-//! and says why: in the log at error, in the admin endpoint's answer, and in
-//! `snowgate_config_reloads_total{result="error"}`.
+//! next generation is built beside the one serving (registry, limiter, stack); then the pool,
+//! which lives across generations, takes its new members and settings (`[[upstreams]]`,
+//! `[health]`, `[upstream]`; each new node checked once before it is published), which is the
+//! last step that can fail and changes the pool only when it succeeds; then the log filter; then
+//! one store swaps the stack. So an invalid file (or a node URL that cannot be built) changes
+//! nothing and leaves the config in force serving, and says why: in the log at error, in the
+//! admin endpoint's answer, and in `snowgate_config_reloads_total{result="error"}`. A valid one
+//! is applied in that order: for the moment between the pool's change and the store, a request
+//! may meet the new nodes under the old stack's rules (both valid configs, never a mix that
+//! failed validation).
 //!
 //! What changes live: upstreams (added, removed: their in-flight calls finish; changed: a new node
 //! under the name), `[health]`, `[upstream]`, `[limits]` (but `max_connections`), `[admin]` keys,
 //! `[rate_limit]` (a limiter with unchanged settings keeps its buckets), `[methods]` (cached
 //! answers of a method whose cache rule changed are dropped), `[log] filter`. What needs a
 //! restart, logged and answered as such and kept at its old value meanwhile: `[server]`,
-//! `[network]`, `[cache]`, `[redis]`, `log.format`, `limits.max_connections`.
+//! `[network]`, `[cache]`, `[redis]`, `log.format`, `admin.listen`, `limits.max_connections`.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};

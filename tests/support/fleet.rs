@@ -173,7 +173,7 @@ pub fn is_result(r: &Reply) -> bool {
             .is_ok_and(|v| v.get("result").is_some_and(|x| !x.is_null()))
 }
 
-/// Waits (at most 5 s) until Redis holds at least `n` keys matching `pattern` (writes to Redis
+/// Waits (at most 60 s) until Redis holds at least `n` keys matching `pattern` (writes to Redis
 /// happen after the client's answer); the keys.
 pub async fn wait_for_keys(redis: &impl SharedRedis, pattern: &str, n: usize) -> Vec<Vec<u8>> {
     let mut keys = Vec::new();
@@ -184,7 +184,7 @@ pub async fn wait_for_keys(redis: &impl SharedRedis, pattern: &str, n: usize) ->
     .await;
     assert!(
         ok,
-        "Redis holds {} keys matching {pattern} after 5 s, expected at least {n}",
+        "Redis holds {} keys matching {pattern} after 60 s, expected at least {n}",
         keys.len()
     );
     keys
