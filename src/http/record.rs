@@ -108,16 +108,6 @@ impl Record {
         self.record(status);
     }
 
-    /// The client as the record has it (the rate limiter's view of it).
-    pub fn set_client(&mut self, client: IpAddr) {
-        self.summary.client = Some(client);
-    }
-
-    /// When the request began.
-    pub fn started(&self) -> Instant {
-        self.started
-    }
-
     fn record(&mut self, status: StatusCode) {
         if std::mem::replace(&mut self.finished, true) {
             return;

@@ -102,6 +102,12 @@ pub async fn run(
     let gauges = OpenGauges::new(stacks.load().metrics());
     // Answer bytes not yet taken by any client.
     let unread_total = Arc::new(AtomicU64::new(0));
+    // Answers refused for it, counted once resolved (the metrics outlive every reload).
+    let unread_refused = stacks
+        .load()
+        .metrics()
+        .http_rejections
+        .with_label_values(&["answers_unread"]);
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -181,7 +187,12 @@ pub async fn run(
         // Counted from here (never a refused connection) until the connection task ends.
         let open = OpenConnection::new(activity.clone());
         let conn_info = Arc::new(ConnInfo::on(surface, peer, limits.connection_body_bytes));
-        let service = connection_service(stacks.clone(), conn_info, activity.clone());
+        let service = connection_service(
+            stacks.clone(),
+            conn_info,
+            activity.clone(),
+            unread_refused.clone(),
+        );
         let builder = builder.clone();
         let watching = tokio::spawn(watchdog(
             activity.clone(),
@@ -253,12 +264,14 @@ fn connection_service(
     stacks: Arc<ArcSwap<Stack>>,
     conn: Arc<ConnInfo>,
     activity: Arc<Activity>,
+    unread_refused: prometheus::IntCounter,
 ) -> impl Service<Request<Incoming>, Response = Response<Body>, Error = Infallible, Future = impl Send>
        + Clone
        + Send
        + 'static {
     tower::service_fn(move |req: Request<Incoming>| {
         let activity = activity.clone();
+        let unread_refused = unread_refused.clone();
         let in_flight = InFlight::start(activity.clone());
         activity.requests.fetch_add(1, Ordering::Relaxed);
         let http2 = req.version() == http::Version::HTTP_2;
@@ -266,26 +279,25 @@ fn connection_service(
         if http2 && !activity.http2.load(Ordering::Relaxed) {
             OpenConnection::saw_http2(&activity);
         }
-        // The stack in force now: a reload reaches kept-alive connections at their next request.
-        let stack = stacks.load_full();
-        // A client at its bound of unread answers gets no more work done for it.
+        // A client at its bound of unread answers gets no more work done for it. Otherwise the
+        // stack in force now: a reload reaches kept-alive connections at their next request.
         let answer = (!activity.unread.full()).then(|| {
             let req = req.map(|inner| WatchedBody {
                 inner,
                 activity: activity.clone(),
             });
-            stack.http::<WatchedBody>(conn.clone()).oneshot(req)
+            stacks.load().http::<WatchedBody>(conn.clone()).oneshot(req)
         });
         async move {
             let mut response = match answer {
                 // Answers made together may pass the bound before any is counted: made, but not
                 // kept.
                 Some(answer) => match answer.await {
-                    Ok(_) if activity.unread.full() => unread_refusal(&stack),
+                    Ok(_) if activity.unread.full() => unread_refusal(&unread_refused),
                     Ok(response) => response,
                     Err(never) => match never {},
                 },
-                None => unread_refusal(&stack),
+                None => unread_refusal(&unread_refused),
             };
             drop(in_flight);
             if response
@@ -311,9 +323,9 @@ fn connection_service(
 
 /// The answer in place of one a client at its bound of unread answers would get (a 503, counted
 /// in `snowgate_http_rejections_total{reason="answers_unread"}`).
-fn unread_refusal(stack: &Stack) -> Response<crate::http::compress::Body> {
+fn unread_refusal(refused: &prometheus::IntCounter) -> Response<crate::http::compress::Body> {
     let refusal = ProxyError::AnswersUnread;
-    stack.count_rejection(&refusal);
+    refused.inc();
     tracing::debug!("answer refused: its client leaves too many answers unread");
     refusal.response(None).map(Into::into)
 }
