@@ -235,15 +235,18 @@ pub enum CacheStatus {
     Hit,
     Miss,
     Bypass,
+    /// Answered by the gateway itself (the health API): no `X-Cache`, as before any cache.
+    Local,
 }
 
 impl CacheStatus {
-    /// The `X-Cache` header value.
-    pub fn header(self) -> &'static str {
+    /// The `X-Cache` header value (`None`: the answer has none).
+    pub fn header(self) -> Option<&'static str> {
         match self {
-            CacheStatus::Hit => "HIT",
-            CacheStatus::Miss => "MISS",
-            CacheStatus::Bypass => "BYPASS",
+            CacheStatus::Hit => Some("HIT"),
+            CacheStatus::Miss => Some("MISS"),
+            CacheStatus::Bypass => Some("BYPASS"),
+            CacheStatus::Local => None,
         }
     }
 }

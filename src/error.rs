@@ -15,6 +15,7 @@ use http::{header, HeaderValue, StatusCode};
 use crate::body::Chunks;
 
 pub use crate::jsonrpc::echo::{Echo, MAX_ECHO};
+use crate::jsonrpc::http::{post_required_text, unsupported_media_text, NOT_FOUND_TEXT};
 
 /// Who caused a failure: it picks the log level of a failed call (a client's fault at debug, so
 /// that hostile clients cannot flood the log; a node's or snowgate's at warn).
@@ -63,9 +64,10 @@ pub enum ProxyError {
         allowed: &'static str,
         path: &'static str,
     },
-    /// A `Content-Type` other than `application/json` (the media type as sent, lossily).
-    #[error("rpc: unrecognized Content-Type: {}", Echo::plain(.0))]
-    UnsupportedMediaType(String),
+    /// A `Content-Type` other than `application/json` (the media type as sent, byte for byte:
+    /// a node writes it back unchanged, UTF-8 or not).
+    #[error("rpc: unrecognized Content-Type: {}", Echo::plain(&String::from_utf8_lossy(.0)))]
+    UnsupportedMediaType(bytes::Bytes),
     /// The client broke off its body, or sent a malformed one.
     #[error("bad request body")]
     BrokenBody,
@@ -143,6 +145,10 @@ pub enum ProxyError {
     /// The method is not in the registry.
     #[error("method {} is not served by this gateway", Echo::quoted(.method))]
     UnknownMethod { method: String },
+    /// A method the API the gateway answers itself (the health API) does not have, in the node's
+    /// words (`rpc: can't find method "health.Nope"`, a -32000 as a node answers it).
+    #[error("{0}")]
+    NoSuchMethod(String),
     /// The method exists but not at the path it was sent to.
     #[error("method {} is not served at {path} (use {expected})", Echo::quoted(.method))]
     WrongPath {
@@ -206,6 +212,7 @@ impl ProxyError {
             | ReloadFailed(_) => return None,
             Parse { .. } => -32700,
             UnknownMethod { .. } | WrongPath { .. } | Refused { .. } => -32601,
+            NoSuchMethod(_) => -32000,
             InvalidVersion { .. }
             | IdTooLong(_)
             | NotARequest(_)
@@ -248,6 +255,7 @@ impl ProxyError {
             | TooDeep(_)
             | EmptyBatch
             | UnknownMethod { .. }
+            | NoSuchMethod(_)
             | WrongPath { .. }
             | Refused { .. }
             | Ambiguous(_)
@@ -303,6 +311,7 @@ impl ProxyError {
             | TooLargeForNode(_)
             | RefusedAsTooLarge { .. }
             | UnknownMethod { .. }
+            | NoSuchMethod(_)
             | WrongPath { .. }
             | Refused { .. }
             | UnknownUpstream(_)
@@ -339,7 +348,7 @@ impl ProxyError {
             | UnknownUpstream(_)
             | TooLargeForNode(_)
             | RefusedAsTooLarge { .. } => call("invalid_request"),
-            UnknownMethod { .. } | WrongPath { .. } => call("unknown_method"),
+            UnknownMethod { .. } | NoSuchMethod(_) | WrongPath { .. } => call("unknown_method"),
             Refused { .. } => call("refused"),
             RateLimited { .. } => call("rate_limited"),
             QuotaUnavailable => call("quota_unavailable"),
@@ -368,9 +377,14 @@ impl ProxyError {
     /// node's plain text with a trailing newline.
     pub fn body(&self, id: Option<&[u8]>) -> Vec<u8> {
         match (self, self.code()) {
-            (ProxyError::PostRequired(_) | ProxyError::UnsupportedMediaType(_), None) => {
-                // gorilla/rpc writes these without a newline.
-                self.to_string().into_bytes()
+            // The node's texts, from the functions the devnode answers with too; a client's part
+            // of them bounded as in every answer snowgate makes.
+            (ProxyError::NotFound, _) => NOT_FOUND_TEXT.as_bytes().to_vec(),
+            (ProxyError::PostRequired(method), _) => {
+                post_required_text(Echo::plain(method.as_str())).into_bytes()
+            }
+            (ProxyError::UnsupportedMediaType(media), _) => {
+                unsupported_media_text(&crate::jsonrpc::echo::bounded(media))
             }
             (_, None) => format!("{self}\n").into_bytes(),
             (_, Some(code)) => {
@@ -449,7 +463,7 @@ mod tests {
                 allowed: "GET",
                 path: "/ext/health",
             },
-            UnsupportedMediaType("text/plain".into()),
+            UnsupportedMediaType(bytes::Bytes::from_static(b"text/plain")),
             BrokenBody,
             BodyTooLarge(1_048_576),
             BodyTimeout(std::time::Duration::from_secs(10)),
@@ -482,6 +496,7 @@ mod tests {
             UnknownMethod {
                 method: "platform.nope".into(),
             },
+            NoSuchMethod("rpc: can't find method \"health.Nope\"".into()),
             WrongPath {
                 method: "info.getNetworkID".into(),
                 path: "/ext/bc/P",
@@ -537,6 +552,7 @@ mod tests {
                 | TooLargeForNode(_)
                 | RefusedAsTooLarge { .. }
                 | UnknownMethod { .. }
+                | NoSuchMethod(_)
                 | WrongPath { .. }
                 | Refused { .. }
                 | UnknownUpstream(_)
@@ -677,8 +693,29 @@ mod tests {
             e.to_string(),
             format!("method {shown} is not served by this gateway")
         );
-        let e = ProxyError::UnsupportedMediaType("x".repeat(1000));
+        let e = ProxyError::UnsupportedMediaType("x".repeat(1000).into());
         assert!(e.to_string().len() < 120, "{e}");
+        assert!(e.body(None).len() < 120);
+    }
+
+    /// The node's texts come from one function each, shared with the devnode: a media type that
+    /// is not UTF-8 comes back byte for byte, as a node writes it (not as U+FFFD).
+    #[test]
+    fn the_nodes_texts_are_the_nodes_bytes() {
+        use crate::jsonrpc::http::{post_required_text, unsupported_media_text, NOT_FOUND_TEXT};
+        let media = bytes::Bytes::from_static(b"text/\xffplain");
+        let e = ProxyError::UnsupportedMediaType(media.clone());
+        assert_eq!(e.body(None), unsupported_media_text(&media));
+        assert_eq!(
+            e.body(None),
+            b"rpc: unrecognized Content-Type: text/\xffplain"
+        );
+        let e = ProxyError::PostRequired(http::Method::PUT);
+        assert_eq!(
+            e.body(None),
+            post_required_text(&http::Method::PUT).into_bytes()
+        );
+        assert_eq!(ProxyError::NotFound.body(None), NOT_FOUND_TEXT.as_bytes());
     }
 
     #[test]

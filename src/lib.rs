@@ -10,7 +10,7 @@
 //!    ([`jsonrpc`]);
 //! 3. per call: `policy` (who may call what), [`ratelimit`] (the caller's quota), [`cache`]
 //!    (answers by finality, identical misses coalesced), [`upstream`] (a healthy node, its answer
-//!    checked).
+//!    checked), or [`health`] for the node's health API, which the gateway answers itself.
 //!
 //! The modules read bottom-up, and none imports one above it or beside it (`tests/layers.rs`):
 //!
@@ -19,7 +19,7 @@
 //! * [`shared`]: the fleet's Redis (connection, timeout, circuit breaker), under the cache and the
 //!   rate limiter that keep their answers and quotas there;
 //! * the per-call layers, independent of each other: `policy`, [`ratelimit`], [`cache`],
-//!   [`upstream`];
+//!   [`upstream`], and [`health`] over it;
 //! * [`http`], then [`stack`], then `server` and [`gateway`] (assembling a running gateway from
 //!   a config, and re-assembling it on a reload), then the command line ([`cli`], [`demo`]).
 //!
@@ -48,6 +48,7 @@ pub mod demo;
 pub mod devnode;
 pub mod error;
 pub mod gateway;
+pub mod health;
 pub mod http;
 pub mod jsonrpc;
 pub(crate) mod keys;

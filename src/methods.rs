@@ -27,6 +27,9 @@ pub enum Family {
     /// `POST /ext/bc/P/proposervm`: the P-chain's ProposerVM service (avalanchego v1.14.0+).
     #[serde(rename = "proposervm")]
     ProposerVm,
+    /// `POST /ext/health`: the node's health API, which the gateway answers itself
+    /// ([`crate::health`]).
+    Health,
 }
 
 impl Family {
@@ -36,6 +39,7 @@ impl Family {
             "info" => Some(Family::Info),
             "platform" => Some(Family::Platform),
             "proposervm" => Some(Family::ProposerVm),
+            "health" => Some(Family::Health),
             _ => None,
         }
     }
@@ -46,11 +50,29 @@ impl Family {
             Family::Info => "/ext/info",
             Family::Platform => "/ext/bc/P",
             Family::ProposerVm => PROPOSERVM_PATH,
+            Family::Health => HEALTH_PATH,
         }
+    }
+
+    /// The JSON-RPC service name of its methods (`info`, `platform`, ...).
+    pub fn service(self) -> &'static str {
+        match self {
+            Family::Info => "info",
+            Family::Platform => "platform",
+            Family::ProposerVm => "proposervm",
+            Family::Health => "health",
+        }
+    }
+
+    /// Whether the gateway answers this API itself, as a node's own service would (the health
+    /// API): its calls are never sent to a node, so a body holds one call (a batch is the node's
+    /// -32700), a method it lacks gets the node's words, and no re-encoding bound applies.
+    pub fn is_local(self) -> bool {
+        self == Family::Health
     }
 }
 
-pub use crate::jsonrpc::http::{INFO_PATH, PROPOSERVM_PATH, P_CHAIN_PATHS};
+pub use crate::jsonrpc::http::{HEALTH_PATH, INFO_PATH, PROPOSERVM_PATH, P_CHAIN_PATHS};
 
 /// Who may call a method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -165,8 +187,12 @@ use CacheClass::{Head, Immutable, Network, Never, Volatile};
 /// (name, access, cache class, cost, height param)
 type Row = (&'static str, Access, CacheClass, u32, Option<&'static str>);
 
-/// The built-in table: every `info.*` and `platform.*` method a node serves.
+/// The built-in table: every `info.*` and `platform.*` method a node serves, and the node's
+/// health API (answered by the gateway itself, never cached).
 const BUILTIN: &[Row] = &[
+    ("health.health", Public, Never, 1, None),
+    ("health.liveness", Public, Never, 1, None),
+    ("health.readiness", Public, Never, 1, None),
     ("info.acps", Public, Volatile, 1, None),
     ("info.isBootstrapped", Public, Volatile, 1, None),
     ("info.getBlockchainID", Public, Network, 1, None),
@@ -419,7 +445,7 @@ mod tests {
     fn every_spec_method_is_registered_once() {
         let r = Registry::builtin();
         assert_eq!(r.all().len(), BUILTIN.len());
-        assert_eq!(r.all().len(), 13 + 35 + 2);
+        assert_eq!(r.all().len(), 13 + 35 + 2 + 3);
         for name in ["info.getNodeID", "info.getNodeIP", "info.getVMs"] {
             assert_eq!(r.get(name).unwrap().access, Access::NodeSpecific);
         }

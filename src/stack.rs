@@ -2,8 +2,9 @@
 //! sits where it does. Config tunes a layer or turns it off (`option_layer`); it never reorders
 //! them.
 //!
-//! Per HTTP request ([`Stack::http`], built for each request from the stack in force when it
-//! arrives, so that a reload reaches kept-alive connections; building it is clones of `Arc`s):
+//! Per HTTP request on the public port ([`Stack::http`], built for each request from the stack
+//! in force when it arrives, so that a reload reaches kept-alive connections; building it is
+//! clones of `Arc`s):
 //!
 //! | | layer | why here |
 //! |---|---|---|
@@ -12,8 +13,13 @@
 //! | 3 | CORS | a node's rules; a preflight is answered before routing, as a node does |
 //! | 4 | drain | over everything that answers: while draining, every answer closes its connection |
 //! | 5 | compression | gzip for clients that ask, over everything the router answers |
-//! | 6 | router | 404/405/415 as a node words them, the body within its limits, the admin endpoints |
+//! | 6 | router | 404/405/415 as a node words them, the body within its limits, the operator's endpoints |
 //! | 7 | decode | the envelope (or a batch) into calls; refusals answered and charged here |
+//!
+//! On the admin listener (`[admin] listen`) only 1, 2, 6 and 7: the operator's endpoints and the
+//! health API, and nothing of the node's open CORS, of the drain meant for load balancers or of
+//! the compression meant for clients (linkerd's admin listener is as small), so that nothing
+//! added to the public port is exposed there by accident.
 //!
 //! Per JSON-RPC call ([`rpc`], built once per gateway and shared):
 //!
@@ -22,7 +28,7 @@
 //! | 8 | policy | refused calls stop before they cost quota or touch a node |
 //! | 9 | rate limit | after policy (decode charges refusals at `refused_cost`), before the cache (hits are charged, at their own price) |
 //! | 10 | cache | hits never reach the pool; identical misses share one node call |
-//! | 11 | forward | the pool: a healthy node, its own id, its answer checked |
+//! | 11 | forward | the pool: a healthy node, its own id, its answer checked; or the health API, which the gateway answers itself |
 //!
 //! The per-call part is type-erased ([`RpcService`]): one boxed future per call, and the rate
 //! limiter boxes its own. Measured as a few percent of a hit's CPU (see the README's benchmark).
@@ -38,12 +44,14 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{Request, Response};
-use tower::util::{BoxCloneSyncService, Oneshot};
+use tower::util::{BoxCloneSyncService, Either, Oneshot};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
+use crate::body::Chunks;
 use crate::cache::{AnswerCache, CacheLayer};
 use crate::call::{Answer, BestHeight, HitProbe, RpcCall};
 use crate::error::{Counted, ProxyError};
+use crate::health::HealthApi;
 use crate::http::compress::{Body, CompressLayer};
 use crate::http::cors::CorsLayer;
 use crate::http::decode::{DecodeLayer, Decoding};
@@ -51,20 +59,22 @@ use crate::http::drain::DrainLayer;
 use crate::http::request_id::RequestIdLayer;
 use crate::http::router::{RouterLayer, Routes};
 use crate::http::trace::TraceLayer;
-use crate::http::ConnInfo;
+use crate::http::{ConnInfo, Surface};
 use crate::metrics::Metrics;
 use crate::policy::PolicyLayer;
-use crate::ratelimit::{Limiter, RateLimitLayer};
+use crate::ratelimit::{Quota, RateLimitLayer};
 use crate::upstream::Pool;
 
 /// The JSON-RPC part of the stack, type-erased.
 pub type RpcService = BoxCloneSyncService<RpcCall, Answer, ProxyError>;
 
-/// Composes the per-call layers over the pool; `cache` and `limiter` are `None` when disabled.
+/// Composes the per-call layers over the pool and the health API; `cache` is `None` when
+/// disabled, and the rate limit layer is left out when `quota` has no limiter.
 pub fn rpc(
     pool: Arc<Pool>,
+    health: Arc<HealthApi>,
     cache: Option<Arc<AnswerCache>>,
-    limiter: Option<Arc<Limiter>>,
+    quota: &Quota,
 ) -> RpcService {
     let hits = cache.clone();
     let service = ServiceBuilder::new()
@@ -72,11 +82,14 @@ pub fn rpc(
         .layer(PolicyLayer)
         // 9. Charge the client's quota: a hit is charged at its own price, so the limiter asks
         //    the cache for its decision (bypass, or the key), which the call carries on to it.
-        .option_layer(limiter.map(|l| RateLimitLayer::new(l, hits.map(|c| c as Arc<dyn HitProbe>))))
+        .option_layer(RateLimitLayer::new(
+            quota,
+            hits.map(|c| c as Arc<dyn HitProbe>),
+        ))
         // 10. Hits are answered here and never reach the pool; misses are coalesced.
         .option_layer(cache.map(CacheLayer::new))
-        // 11. A node.
-        .service(Forward { pool });
+        // 11. A node, or the gateway itself.
+        .service(Forward { pool, health });
     BoxCloneSyncService::new(service)
 }
 
@@ -107,10 +120,11 @@ impl Service<RpcCall> for SharedRpc {
     }
 }
 
-/// The innermost service: hands the call to the pool.
+/// The innermost service: hands the call to the pool, or answers the health API itself.
 #[derive(Clone)]
 pub struct Forward {
     pool: Arc<Pool>,
+    health: Arc<HealthApi>,
 }
 
 impl Service<RpcCall> for Forward {
@@ -124,6 +138,9 @@ impl Service<RpcCall> for Forward {
     }
 
     fn call(&mut self, call: RpcCall) -> Self::Future {
+        if call.spec.family.is_local() {
+            return Box::pin(std::future::ready(Ok(self.health.answer(&call))));
+        }
         let pool = self.pool.clone();
         Box::pin(async move { pool.forward(&call).await })
     }
@@ -152,7 +169,8 @@ pub struct Stack {
 }
 
 impl Stack {
-    /// The HTTP service of one connection, `conn`: the whole request path, outermost first.
+    /// The HTTP service of one connection, `conn`: the whole request path of its listener,
+    /// outermost first (see the module doc).
     pub fn http<B>(
         &self,
         conn: Arc<ConnInfo>,
@@ -168,22 +186,38 @@ impl Stack {
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Send,
     {
-        ServiceBuilder::new()
-            // 1. Outermost, so that every answer and log line of the request has the id.
-            .layer(self.request_ids.clone())
-            // 2. Inside the id, whose value the span records.
-            .layer(self.trace.on(conn.peer.ip()))
-            // 3. Before routing: a node answers preflights before its router.
-            .layer(CorsLayer::new())
-            // 4. Over everything that makes an answer, so that each one closes while draining.
-            .layer(DrainLayer::new(self.draining.clone()))
-            // 5. Over the router's answers, under the layers that only add headers.
-            .layer(CompressLayer::new())
+        let (peer, surface) = (conn.peer.ip(), conn.surface);
+        // 6 and 7, both listeners': their routes are the router's, by the connection's listener.
+        let calls = ServiceBuilder::new()
             // 6. Per connection: its body room; snowgate's endpoints end here.
             .layer(RouterLayer::new(self.routes.clone(), conn))
             // 7. JSON-RPC bodies into calls, for the per-call layers 8 to 11.
             .layer(DecodeLayer::new(self.decoding.clone()))
-            .service(self.rpc.clone())
+            .service(self.rpc.clone());
+        let inner = match surface {
+            Surface::Public => Either::Left(
+                ServiceBuilder::new()
+                    // 3. Before routing: a node answers preflights before its router.
+                    .layer(CorsLayer::new())
+                    // 4. Over everything that makes an answer, so that each one closes while
+                    //    draining.
+                    .layer(DrainLayer::new(self.draining.clone()))
+                    // 5. Over the router's answers, under the layers that only add headers.
+                    .layer(CompressLayer::new())
+                    .service(calls),
+            ),
+            Surface::Admin => Either::Right(
+                ServiceBuilder::new()
+                    .map_response(|r: Response<Chunks>| r.map(Body::from))
+                    .service(calls),
+            ),
+        };
+        ServiceBuilder::new()
+            // 1. Outermost, so that every answer and log line of the request has the id.
+            .layer(self.request_ids.clone())
+            // 2. Inside the id, whose value the span records.
+            .layer(self.trace.on(peer, surface))
+            .service(inner)
     }
 
     /// The gateway's metrics.

@@ -26,14 +26,16 @@ const RANKS: &[(&str, u32)] = &[
     ("ratelimit", 4),
     ("cache", 4),
     ("upstream", 4),
+    // The node's health API, answered from the pool's state at the bottom of the per-call stack.
+    ("health", 5),
     // The HTTP layers over them, then their composition.
-    ("http", 5),
-    ("stack", 6),
+    ("http", 6),
+    ("stack", 7),
     // Serving it.
-    ("server", 7),
-    ("gateway", 8),
-    ("cli", 9),
-    ("demo", 10),
+    ("server", 8),
+    ("gateway", 9),
+    ("cli", 10),
+    ("demo", 11),
 ];
 
 /// The simulated node stands apart: it speaks the node's wire (`jsonrpc`) and nothing else, and

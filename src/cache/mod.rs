@@ -697,7 +697,10 @@ pub type MarkBypassed = fn(Result<Answer, ProxyError>) -> Result<Answer, ProxyEr
 
 fn mark_bypassed(result: Result<Answer, ProxyError>) -> Result<Answer, ProxyError> {
     result.map(|mut answer| {
-        answer.cache = CacheStatus::Bypass;
+        // What the gateway answers itself was never the cache's to pass by.
+        if answer.cache != CacheStatus::Local {
+            answer.cache = CacheStatus::Bypass;
+        }
         answer
     })
 }

@@ -33,6 +33,22 @@ pub fn validate(
                     "does not match the method's service",
                 )
             }
+            Some(f) if f.is_local() => {
+                // The gateway answers the health API itself: it has the node's three methods
+                // and no other, and what it says is live.
+                if builtin_access(name).is_none() {
+                    return invalid(
+                        key,
+                        "the health API is answered by snowgate itself: it has no other methods",
+                    );
+                }
+                if o.cache.is_some_and(|c| c != CacheClass::Never) {
+                    return invalid(
+                        format!("{key}.cache"),
+                        "health is never cached: cache must be \"never\"",
+                    );
+                }
+            }
             Some(_) => {}
         }
         if o.access == Some(Access::Public) && is_secret(name) {

@@ -26,6 +26,7 @@ use crate::cache::shared::SharedCache;
 use crate::cache::AnswerCache;
 use crate::call::{BestHeight, ReloadReport};
 use crate::config::{Config, ConfigError};
+use crate::health::HealthApi;
 use crate::http::admin::Admin;
 use crate::http::decode::Decoding;
 use crate::http::record::RequestLog;
@@ -39,7 +40,7 @@ use crate::logging::FilterError;
 use crate::methods::Registry;
 use crate::metrics::{CounterTable, HistogramTable, Metrics, OUTCOMES};
 use crate::policy::AdminKeys;
-use crate::ratelimit::Limiter;
+use crate::ratelimit::{Limiter, Quota};
 use crate::shared::{RedisSetupError, Shared};
 use crate::stack::{SharedRpc, Stack};
 use crate::upstream::Pool;
@@ -448,19 +449,24 @@ impl Generation {
         config: &Config,
         reload: Option<Arc<dyn crate::call::Reload>>,
     ) -> Stack {
+        let quota = Quota::new(self.limiter.clone());
+        let health = Arc::new(HealthApi::new(
+            core.pool.clone(),
+            core.draining.clone(),
+            core.shared.clone(),
+        ));
         let admin = Admin {
             registry: self.registry.clone(),
             keys: AdminKeys::new(&config.admin.api_keys),
             pool: core.pool.clone(),
             cache: core.cache.clone(),
             metrics: core.metrics.clone(),
-            draining: core.draining.clone(),
+            health: health.clone(),
             body_room: self.body_room.clone(),
             total_body_bytes: config.limits.total_body_bytes,
-            shared: core.shared.clone(),
             reload,
             board: core.board.clone(),
-            limiter: self.limiter.clone(),
+            quota: quota.clone(),
             cache_max_bytes: config.cache.max_bytes,
             admin_listener: config.admin.listen.is_some(),
             public_versions: config.admin.public_versions,
@@ -474,7 +480,7 @@ impl Generation {
         });
         let routes = Routes {
             admin,
-            limiter: self.limiter.clone(),
+            quota: quota.clone(),
             limits: config.limits.clone(),
             body_room: self.body_room.clone(),
             address_rooms: self.address_rooms.clone(),
@@ -491,7 +497,7 @@ impl Generation {
             ),
             registry: self.registry.clone(),
             limits: config.limits.clone(),
-            limiter: self.limiter.clone(),
+            quota: quota.clone(),
         };
         Stack {
             request_ids: core.request_ids.clone(),
@@ -500,12 +506,13 @@ impl Generation {
             decoding: Arc::new(decoding),
             rpc: SharedRpc::new(crate::stack::rpc(
                 core.pool.clone(),
+                health,
                 core.cache.clone(),
-                self.limiter.clone(),
+                &quota,
             )),
             limits: config.limits.clone(),
             trusted_proxies: config.rate_limit.trusted_proxies.clone(),
-            trace: TraceLayer::new(log, self.limiter.clone()),
+            trace: TraceLayer::new(log, quota),
         }
     }
 }

@@ -1,38 +1,31 @@
 //! snowgate's own endpoints beside the RPC paths: the pool's health as a load balancer reads it
 //! (`GET /ext/health`, and `/ext/health/health`, `/ext/health/readiness` by any method, as on a
-//! node), liveness (`/ext/health/liveness`, any method), the node's health API over JSON-RPC
-//! (`POST /ext/health`: `health.health`, `health.readiness`, `health.liveness`), Prometheus
-//! metrics (`GET /metrics`), the status page and its JSON ([`super::status`]), and the admin's
-//! actions: the cache purge (`POST /snowgate/cache/purge[?method=NAME]`), a reload
-//! (`POST /snowgate/reload`) and cordons (`POST /snowgate/upstreams/NAME/cordon|uncordon`).
+//! node), liveness (`/ext/health/liveness`, any method), Prometheus metrics (`GET /metrics`), the
+//! status page and its JSON ([`super::status`]), and the admin's actions: the cache purge
+//! (`POST /snowgate/cache/purge[?method=NAME]`), a reload (`POST /snowgate/reload`) and cordons
+//! (`POST /snowgate/upstreams/NAME/cordon|uncordon`). The node's health API over JSON-RPC
+//! (`POST /ext/health`) is not here: its calls go through the per-call stack like any other
+//! ([`crate::health`]).
 //!
-//! Who may read what ([`Access`]): the health endpoints are everyone's, on every listener. The
-//! operator's pages (metrics, status) are served without a key on the admin listener
-//! (`[admin] listen`) to a request that names it by an address or `localhost` and comes from no
-//! other origin's page (another name or origin needs the key: it may be a web page in the
-//! operator's browser reading the listener), and on the public port
-//! only when there is no admin listener, and then only with the admin key (the status page's HTML, which holds no data, loads without one and asks
-//! for it). The actions always need the admin key. With an admin listener, everything but health
-//! answers 404 on the public port, as if it did not exist.
-//!
-//! `POST /ext/health` is what avalanchego's Go `health.Client` calls: snowgate answers it itself
-//! from the pool's state, never from a node, in the node's format (`{"checks":{...},
-//! "healthy":bool}`, always HTTP 200, envelope and method-name errors as a node words them). The
-//! router reads its body within the RPC limits and charges the caller's quota first.
+//! Who may reach what is one pure function, [`reach`]: the health endpoints are everyone's, on
+//! every listener. The operator's pages (metrics, status) are served without a key on the admin
+//! listener (`[admin] listen`) to a request that names it by an address or `localhost` and comes
+//! from no other origin's page (another name or origin needs the key: it may be a web page in
+//! the operator's browser reading the listener), and on the public port only when there is no
+//! admin listener, and then only with the admin key (the status page's HTML, which holds no
+//! data, loads without one and asks for it). The actions always need the admin key. With an
+//! admin listener, everything but health answers 404 on the public port, as if it did not exist.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use tokio::sync::Semaphore;
 
 use super::status::{Facts, StatusBoard, PAGE, STATUS_JSON_PATH, STATUS_PATH, UPSTREAMS_PREFIX};
-use super::{empty, json, HttpResponse, Surface};
+use super::{json, HttpResponse, Surface};
 use crate::cache::AnswerCache;
 use crate::error::ProxyError;
-use crate::jsonrpc::names::{self, LookupError};
-use crate::jsonrpc::{self as rpc, response, Json, Verdict};
+use crate::health::HealthApi;
 use crate::methods::Registry;
 use crate::metrics::Metrics;
 use crate::policy::AdminKeys;
@@ -47,8 +40,8 @@ pub const RELOAD_PATH: &str = "/snowgate/reload";
 /// One of snowgate's own endpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
-    /// `/ext/health`: snowgate's JSON on GET; on POST the JSON-RPC health API, which the router
-    /// reads and hands to [`Admin::health_rpc`].
+    /// `/ext/health` other than POST (the node's health API over JSON-RPC, a path of the
+    /// per-call stack): snowgate's JSON.
     Health,
     /// `/ext/health/health` and `/ext/health/readiness`: the GET answer, by any method.
     HealthGet,
@@ -104,6 +97,47 @@ impl Endpoint {
     }
 }
 
+/// What decides whether a request may reach an operator endpoint: where it came, and what it
+/// says of itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Asker {
+    /// The listener it came in on.
+    pub surface: Surface,
+    /// `[admin] listen` is set: the operator's endpoints live there, not on the public port.
+    pub admin_listener: bool,
+    /// It presents an admin key.
+    pub key: bool,
+    /// It names the host by an address or `localhost` ([`local_host`]).
+    pub local_name: bool,
+    /// It comes from no web page, or from one of the listener's own origin ([`same_origin`]).
+    pub same_origin: bool,
+}
+
+/// What an endpoint says to an [`Asker`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    Serve,
+    /// 401, `admin key required`.
+    NeedsKey,
+    /// 404, as if the endpoint did not exist here.
+    Hidden,
+}
+
+/// Who may reach which endpoint (see the module doc): the one place the rule lives.
+pub fn reach(endpoint: Endpoint, asker: &Asker) -> Reach {
+    match (endpoint.access(), asker.surface) {
+        (Access::Probe, _) => Reach::Serve,
+        (_, Surface::Public) if asker.admin_listener => Reach::Hidden,
+        (_, _) if asker.key => Reach::Serve,
+        // Asked by another name, or from another origin's page, it may be a web page in the
+        // operator's browser reading the listener: that needs the key.
+        (Access::Read, Surface::Admin) if asker.local_name && asker.same_origin => Reach::Serve,
+        // The page holds no data: it loads, and asks for the key the JSON needs.
+        (Access::Read, _) if endpoint == Endpoint::Status => Reach::Serve,
+        (Access::Read | Access::Act, _) => Reach::NeedsKey,
+    }
+}
+
 /// What the endpoints read: the pool, the cache, the metrics and the drain flag.
 pub struct Admin {
     pub(crate) registry: Registry,
@@ -111,18 +145,17 @@ pub struct Admin {
     pub(crate) pool: Arc<Pool>,
     pub(crate) cache: Option<Arc<AnswerCache>>,
     pub(crate) metrics: Metrics,
-    pub(crate) draining: Arc<AtomicBool>,
+    /// The pool's health, unhealthy while draining, and the fleet's Redis.
+    pub(crate) health: Arc<HealthApi>,
     /// The gateway's room for request bodies, and its size, for the buffered-bytes gauge.
     pub(crate) body_room: Arc<Semaphore>,
     pub(crate) total_body_bytes: usize,
-    /// The fleet's Redis, for `/ext/health` (`None` without `[redis]`).
-    pub(crate) shared: Option<Arc<crate::shared::Shared>>,
     /// The gateway's reload (`None`: started from a config built in code, with no file).
     pub(crate) reload: Option<Arc<dyn crate::call::Reload>>,
     /// The status page's samples (kept by the gateway across reloads).
     pub(crate) board: Arc<StatusBoard>,
-    /// The rate limiter in force, for the status page (`None`: rate limiting is off).
-    pub(crate) limiter: Option<Arc<crate::ratelimit::Limiter>>,
+    /// The clients' quotas, for the status page.
+    pub(crate) quota: crate::ratelimit::Quota,
     /// `[cache] max_bytes`.
     pub(crate) cache_max_bytes: u64,
     /// `[admin] listen` is set: the operator's endpoints live there, not on the public port.
@@ -158,43 +191,33 @@ impl Admin {
         uri: &http::Uri,
     ) -> Result<HttpResponse, ProxyError> {
         let query = uri.query();
-        let admin = || {
-            self.keys
-                .authorizes(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()))
+        let key = self
+            .keys
+            .authorizes(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()));
+        let asker = Asker {
+            surface,
+            admin_listener: self.admin_listener,
+            key,
+            local_name: local_host(uri, headers),
+            same_origin: same_origin(uri, headers),
         };
-        match (endpoint.access(), surface) {
-            (Access::Probe, _) => {}
-            (_, Surface::Public) if self.admin_listener => return Err(ProxyError::NotFound),
-            // Asked by another name, or from another origin's page, it may be a web page in the
-            // operator's browser reading the listener: that needs the key (see [`local_host`]
-            // and [`same_origin`]).
-            (Access::Read, Surface::Admin)
-                if local_host(uri, headers) && same_origin(uri, headers) => {}
-            // The page holds no data: it loads, and asks for the key the JSON needs.
-            (Access::Read, _) if endpoint == Endpoint::Status => {}
-            (Access::Read | Access::Act, _) => {
-                if !admin() {
-                    return Err(ProxyError::Unauthorized);
-                }
-            }
+        match reach(endpoint, &asker) {
+            Reach::Serve => {}
+            Reach::NeedsKey => return Err(ProxyError::Unauthorized),
+            Reach::Hidden => return Err(ProxyError::NotFound),
         }
         match endpoint {
-            // The router answers POST itself (a JSON-RPC body, read within its limits).
-            Endpoint::Health if method == Method::POST => Err(ProxyError::WrongHttpMethod {
-                allowed: "GET",
-                path: "/ext/health",
-            }),
             Endpoint::Health | Endpoint::HealthGet => {
                 // Releases only to the operator when `public_versions` is off: the admin listener
                 // (reached only from where the operator put it) or a caller with the key.
-                let versions = self.public_versions || surface == Surface::Admin || admin();
+                let versions = self.public_versions || surface == Surface::Admin || key;
                 Ok(self.health(versions))
             }
             Endpoint::Liveness => Ok(liveness()),
             Endpoint::Metrics if method == Method::GET => Ok(self.metrics().await),
             Endpoint::Metrics => Err(ProxyError::NotFound),
-            Endpoint::Purge => self.purge(method, headers, query).await,
-            Endpoint::Reload => self.reload(method, headers).await,
+            Endpoint::Purge => self.purge(method, query).await,
+            Endpoint::Reload => self.reload(method).await,
             Endpoint::Status | Endpoint::StatusJson if method != Method::GET => {
                 Err(ProxyError::NotFound)
             }
@@ -206,7 +229,7 @@ impl Admin {
 
     /// `GET /snowgate/status.json`.
     async fn status_json(&self) -> HttpResponse {
-        let pool = self.status();
+        let pool = self.health.status();
         let cache = match &self.cache {
             Some(cache) => {
                 let usage = cache.usage().await;
@@ -218,8 +241,8 @@ impl Admin {
             pool: &pool,
             best_moved_ms: self.pool.best_moved_ms(),
             cache,
-            redis_up: self.shared.as_ref().map(|s| s.available()),
-            limiter: self.limiter.as_deref(),
+            redis_up: self.health.redis_up(),
+            limiter: self.quota.limiter().map(|l| &**l),
         });
         let mut body = serde_json::to_vec(&report).unwrap_or_default();
         body.push(b'\n');
@@ -260,7 +283,7 @@ impl Admin {
     /// The pool's state; 503 when no node can serve, or while draining (so that a load
     /// balancer stops sending before the listener closes).
     fn health(&self, versions: bool) -> HttpResponse {
-        let mut status = self.status();
+        let mut status = self.health.status();
         if !versions {
             for upstream in &mut status.upstreams {
                 upstream.version = None;
@@ -273,46 +296,13 @@ impl Admin {
         };
         let health = Health {
             pool: status,
-            shared: self.shared.as_ref().map(|s| SharedStatus {
-                redis: if s.available() { "up" } else { "down" },
+            shared: self.health.redis_up().map(|up| SharedStatus {
+                redis: if up { "up" } else { "down" },
             }),
         };
         let mut body = serde_json::to_vec(&health).unwrap_or_default();
         body.push(b'\n');
         json(code, body)
-    }
-
-    /// The pool's state, unhealthy while draining.
-    fn status(&self) -> crate::upstream::PoolStatus {
-        let mut status = self.pool.status();
-        if self.draining.load(Ordering::Relaxed) {
-            status.healthy = false;
-            status.draining = true;
-        }
-        status
-    }
-
-    /// Answers a JSON-RPC body sent to `POST /ext/health` as a node's health API does: HTTP 200
-    /// with the answer, or empty for a notification.
-    pub fn health_rpc(&self, body: &[u8]) -> HttpResponse {
-        let answer = health_call(body, |probe| {
-            let report = match probe {
-                // Readiness is health for a gateway: it can serve calls or it cannot.
-                Probe::Health | Probe::Readiness => {
-                    let redis = self.shared.as_ref().map(|s| s.available());
-                    report(&self.status(), redis, &now_rfc3339())
-                }
-                Probe::Liveness => RpcHealth {
-                    checks: BTreeMap::new(),
-                    healthy: true,
-                },
-            };
-            serde_json::to_vec(&report).unwrap_or_default()
-        });
-        match answer {
-            Some(body) => json(StatusCode::OK, body),
-            None => empty(),
-        }
     }
 
     async fn metrics(&self) -> HttpResponse {
@@ -335,22 +325,12 @@ impl Admin {
 
     /// `POST /snowgate/reload` (admin key): reads the config file again and applies it, as
     /// `SIGHUP` does; answers what changed, or why nothing did.
-    async fn reload(
-        &self,
-        method: &Method,
-        headers: &HeaderMap,
-    ) -> Result<HttpResponse, ProxyError> {
+    async fn reload(&self, method: &Method) -> Result<HttpResponse, ProxyError> {
         if method != Method::POST {
             return Err(ProxyError::WrongHttpMethod {
                 allowed: "POST",
                 path: RELOAD_PATH,
             });
-        }
-        if !self
-            .keys
-            .authorizes(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()))
-        {
-            return Err(ProxyError::Unauthorized);
         }
         let Some(reload) = &self.reload else {
             return Err(ProxyError::ReloadFailed(
@@ -377,7 +357,6 @@ impl Admin {
     async fn purge(
         &self,
         method: &Method,
-        headers: &HeaderMap,
         query: Option<&str>,
     ) -> Result<HttpResponse, ProxyError> {
         if method != Method::POST {
@@ -385,12 +364,6 @@ impl Admin {
                 allowed: "POST",
                 path: PURGE_PATH,
             });
-        }
-        if !self
-            .keys
-            .authorizes(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()))
-        {
-            return Err(ProxyError::Unauthorized);
         }
         let method = query.and_then(|q| {
             q.split('&')
@@ -508,163 +481,6 @@ fn liveness() -> HttpResponse {
     json(StatusCode::OK, "{\"healthy\":true}\n")
 }
 
-/// The message of a node's -32000 when params do not decode into the method's arguments.
-const BAD_ARGS: &str = "couldn't unmarshal an argument. Ensure arguments are valid and properly formatted. See documentation for example calls";
-
-/// Which of the node's health methods a call asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Probe {
-    Health,
-    Readiness,
-    Liveness,
-}
-
-/// A health method's result as a node writes it (`api/health` `APIReply`): check name ->
-/// result, and whether the whole is healthy. A `BTreeMap` gives Go's sorted map keys.
-#[derive(serde::Serialize)]
-struct RpcHealth {
-    checks: BTreeMap<String, CheckResult>,
-    healthy: bool,
-}
-
-/// One check as a node writes it (`health.Result`): details under `message`, `error` when
-/// failing, when it was taken and how long it took (ns). snowgate keeps no history of failures,
-/// so `contiguousFailures` and `timeOfFirstFailure` (both omitted when empty on a node) are
-/// left out.
-#[derive(serde::Serialize)]
-struct CheckResult {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    message: Option<serde_json::Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
-    timestamp: String,
-    duration: u64,
-}
-
-/// The check of the gateway as a whole; upstream checks are named after their `name`.
-const GATEWAY_CHECK: &str = "snowgate";
-/// The check of the fleet's Redis (only with `[redis]`).
-const SHARED_CHECK: &str = "shared";
-
-/// The health report of a pool in the node's format: one check per upstream (its configured
-/// name; failing while it takes no traffic), `snowgate` (failing while draining or while no
-/// upstream takes traffic) and `shared` with `[redis]` (never failing: snowgate answers without
-/// Redis). `healthy` is what `GET /ext/health` says (some node takes traffic, not draining), so
-/// one node down shows as a failing check of a healthy gateway.
-fn report(status: &crate::upstream::PoolStatus, redis: Option<bool>, now: &str) -> RpcHealth {
-    let check = |message: serde_json::Value, error: Option<String>| CheckResult {
-        message: Some(message),
-        error,
-        timestamp: now.to_string(),
-        duration: 0,
-    };
-    let mut checks = BTreeMap::new();
-    for u in &status.upstreams {
-        let error = if u.takes_traffic {
-            None
-        } else if !u.healthy {
-            Some(u.last_error.clone().unwrap_or_else(|| "unhealthy".into()))
-        } else if u.implausible_height {
-            Some("implausible height".into())
-        } else {
-            Some("behind the pool's height".into())
-        };
-        let message = serde_json::to_value(u).unwrap_or_default();
-        checks.insert(u.name.clone(), check(message, error));
-    }
-    let error = if status.draining {
-        Some("draining".to_string())
-    } else if !status.healthy {
-        Some("no upstream takes traffic".to_string())
-    } else {
-        None
-    };
-    let message = serde_json::json!({
-        "bestHeight": status.best_height,
-        "draining": status.draining,
-    });
-    checks.insert(GATEWAY_CHECK.into(), check(message, error));
-    if let Some(up) = redis {
-        let message = serde_json::json!({ "redis": if up { "up" } else { "down" } });
-        checks.insert(SHARED_CHECK.into(), check(message, None));
-    }
-    RpcHealth {
-        checks,
-        healthy: status.healthy && !status.draining,
-    }
-}
-
-fn now_rfc3339() -> String {
-    humantime::format_rfc3339_nanos(std::time::SystemTime::now()).to_string()
-}
-
-/// Answers one JSON-RPC body sent to a node's health service: the envelope as a node reads it
-/// (a batch is a -32700, as on a node), the method name by the node's rules, the params into
-/// `{"tags":[string]}` (the tags select nothing: every check of snowgate's is application-wide,
-/// which a node always includes); `result` makes the method's result. `None` for a notification.
-fn health_call(body: &[u8], result: impl FnOnce(Probe) -> Vec<u8>) -> Option<Vec<u8>> {
-    let decoded = rpc::decode(body);
-    // Echoed only while small, as on the RPC paths (`super::decode`).
-    if let Some(e) = super::decode::id_too_long(&decoded) {
-        return Some(e.body(None));
-    }
-    let id = decoded.envelope.id.as_deref();
-    let data = || decoded.error_data_within(super::decode::MAX_ERROR_DATA);
-    match decoded.verdict() {
-        Verdict::ParseError(message) => {
-            let e = ProxyError::Parse {
-                message,
-                data: data(),
-            };
-            return Some(e.body(id));
-        }
-        Verdict::InvalidVersion => {
-            let e = ProxyError::InvalidVersion { data: data() };
-            return id.map(|id| e.body(Some(id)));
-        }
-        Verdict::Call => {}
-    }
-    let probe = names::resolve(&decoded.envelope.method, "health", |m| {
-        matches!(m, "Health" | "Readiness" | "Liveness")
-    })
-    .map(|m| match m.as_str() {
-        "Health" => Probe::Health,
-        "Readiness" => Probe::Readiness,
-        _ => Probe::Liveness,
-    })
-    .and_then(|probe| match decoded.envelope.params.as_ref() {
-        Some(params) if !tags_decode(params) => Err(LookupError(BAD_ARGS.into())),
-        _ => Ok(probe),
-    });
-    // Like a node, the method runs for a notification too; it just gets no answer.
-    let answer = match probe {
-        Ok(probe) => response::success(&result(probe), id),
-        Err(LookupError(message)) => response::error(-32000, &message, None, id),
-    };
-    id.map(|_| answer)
-}
-
-/// Whether `params` decode into a node's `health.APIArgs` (`{"tags":[string]}`) as Go's decoder
-/// does it: an object (keys matched case-insensitively, others ignored), else gorilla's retry as
-/// a one-element array of it (`[]` and extra elements allowed).
-fn tags_decode(params: &Json) -> bool {
-    let args = |v: &Json| match v {
-        Json::Null => true,
-        Json::Object(_) => match v.field("tags") {
-            None | Some(Json::Null) => true,
-            Some(Json::Array(tags)) => tags
-                .iter()
-                .all(|t| matches!(t, Json::String(_) | Json::Null)),
-            Some(_) => false,
-        },
-        _ => false,
-    };
-    match params {
-        Json::Array(items) => items.first().map_or(true, args),
-        other => args(other),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -733,123 +549,48 @@ mod tests {
     }
 
     #[test]
-    fn the_gateways_own_check_names_are_reserved_for_upstreams() {
-        let reserved = crate::config::upstream::RESERVED_UPSTREAM_NAMES;
-        assert!(reserved.contains(&GATEWAY_CHECK) && reserved.contains(&SHARED_CHECK));
-    }
-    use crate::upstream::{PoolStatus, UpstreamStatus};
-
-    fn call(body: &str) -> Option<String> {
-        health_call(body.as_bytes(), |p| format!("\"{p:?}\"").into_bytes())
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-    }
-
-    fn upstream(name: &str, takes_traffic: bool, last_error: Option<&str>) -> UpstreamStatus {
-        UpstreamStatus {
-            name: name.into(),
-            role: None,
-            healthy: last_error.is_none(),
-            takes_traffic,
-            implausible_height: false,
-            bootstrapped: true,
-            height: Some(7),
-            in_flight: 0,
-            cordoned: false,
-            last_error: last_error.map(str::to_string),
-            network_id: Some(1),
-            network_mismatch: false,
-            version: None,
-        }
-    }
-
-    #[test]
-    fn one_node_down_is_a_failing_check_of_a_healthy_gateway_and_redis_never_fails() {
-        let status = PoolStatus {
-            healthy: true,
-            draining: false,
-            best_height: 7,
-            upstreams: vec![
-                upstream("a", true, None),
-                upstream("b", false, Some("connect refused")),
-                upstream("c", false, None),
-            ],
-        };
-        let now = "2026-11-23T19:00:00Z";
-        let r = report(&status, Some(false), now);
-        assert!(r.healthy);
-        let errors: Vec<_> = r
-            .checks
-            .iter()
-            .map(|(k, c)| (k.as_str(), c.error.as_deref()))
-            .collect();
-        assert_eq!(
-            errors,
-            [
-                ("a", None),
-                ("b", Some("connect refused")),
-                ("c", Some("behind the pool's height")),
-                ("shared", None),
-                ("snowgate", None),
-            ]
-        );
-        assert_eq!(
-            r.checks["shared"].message,
-            Some(serde_json::json!({"redis": "down"}))
-        );
-        assert!(r.checks.values().all(|c| c.timestamp == now));
-
-        let draining = PoolStatus {
-            healthy: false,
-            draining: true,
-            ..status
-        };
-        let r = report(&draining, None, now);
-        assert!(!r.healthy);
-        assert!(!r.checks.contains_key("shared"));
-        assert_eq!(r.checks["snowgate"].error.as_deref(), Some("draining"));
-    }
-
-    #[test]
-    fn methods_params_and_envelopes_are_read_as_a_node_reads_them() {
-        let cases = [
-            (
-                r#"{"jsonrpc":"2.0","method":"health.health","params":{"tags":null},"id":12345678901234567890123}"#,
-                "{\"jsonrpc\":\"2.0\",\"result\":\"Health\",\"id\":12345678901234567890123}\n",
-            ),
-            (
-                r#"{"jsonrpc":"2.0","method":"health.readiness","params":[{"TAGS":["11111111111111111111111111111111LpoYY"]}],"id":"a"}"#,
-                "{\"jsonrpc\":\"2.0\",\"result\":\"Readiness\",\"id\":\"a\"}\n",
-            ),
-            (
-                r#"{"jsonrpc":"2.0","method":"health.liveness","id":1}"#,
-                "{\"jsonrpc\":\"2.0\",\"result\":\"Liveness\",\"id\":1}\n",
-            ),
-            (
-                r#"{"jsonrpc":"2.0","method":"health.nope","id":1}"#,
-                "{\"jsonrpc\":\"2.0\",\"error\":{\"code\":-32000,\"message\":\"rpc: can't find method \\\"health.Nope\\\"\",\"data\":null},\"id\":1}\n",
-            ),
-            (
-                r#"{"jsonrpc":"2.0","method":"info.getNodeID","id":1}"#,
-                "{\"jsonrpc\":\"2.0\",\"error\":{\"code\":-32000,\"message\":\"rpc: can't find service \\\"info.GetNodeID\\\"\",\"data\":null},\"id\":1}\n",
-            ),
-            (
-                r#"{"jsonrpc":"2.0","method":"health.health","params":{"tags":"x"},"id":1}"#,
-                "{\"jsonrpc\":\"2.0\",\"error\":{\"code\":-32000,\"message\":\"couldn't unmarshal an argument. Ensure arguments are valid and properly formatted. See documentation for example calls\",\"data\":null},\"id\":1}\n",
-            ),
-            (
-                r#"{"jsonrpc":"1.0","method":"health.health","id":7}"#,
-                "{\"jsonrpc\":\"2.0\",\"error\":{\"code\":-32600,\"message\":\"jsonrpc must be 2.0\",\"data\":{\"jsonrpc\":\"1.0\",\"method\":\"health.health\",\"params\":null,\"id\":7}},\"id\":7}\n",
-            ),
+    fn who_may_reach_which_endpoint() {
+        use Endpoint::*;
+        use Reach::*;
+        use Surface::{Admin as A, Public as P};
+        // (endpoint, surface, admin listener, key, local name, same origin) -> reach
+        let table = [
+            // Health: everyone's, on every listener, whatever it says of itself.
+            (Health, P, true, false, false, false, Serve),
+            (HealthGet, A, true, false, false, false, Serve),
+            (Liveness, P, false, false, false, false, Serve),
+            // With an admin listener, the public port has no operator endpoint, key or not.
+            (Metrics, P, true, true, true, true, Hidden),
+            (Status, P, true, false, true, true, Hidden),
+            (Purge, P, true, true, true, true, Hidden),
+            // On the admin listener: pages without a key to a local name from no other origin.
+            (Metrics, A, true, false, true, true, Serve),
+            (StatusJson, A, true, false, true, true, Serve),
+            (Metrics, A, true, false, false, true, NeedsKey),
+            (StatusJson, A, true, false, true, false, NeedsKey),
+            (Metrics, A, true, true, false, false, Serve),
+            // The page itself holds no data: it loads anywhere it is not hidden.
+            (Status, A, true, false, false, false, Serve),
+            (Status, P, false, false, false, false, Serve),
+            // Without an admin listener, the public port's pages need the key.
+            (Metrics, P, false, false, true, true, NeedsKey),
+            (StatusJson, P, false, false, true, true, NeedsKey),
+            (StatusJson, P, false, true, false, false, Serve),
+            // Actions: the key, wherever they are served; a local name is no key.
+            (Purge, A, true, false, true, true, NeedsKey),
+            (Reload, A, true, true, false, false, Serve),
+            (Cordon, P, false, false, true, true, NeedsKey),
+            (Cordon, P, false, true, false, false, Serve),
         ];
-        for (body, want) in cases {
-            assert_eq!(call(body).as_deref(), Some(want), "{body}");
+        for (endpoint, surface, admin_listener, key, local_name, same_origin, want) in table {
+            let asker = Asker {
+                surface,
+                admin_listener,
+                key,
+                local_name,
+                same_origin,
+            };
+            assert_eq!(reach(endpoint, &asker), want, "{endpoint:?} {asker:?}");
         }
-        // A batch is a parse error, as on a node; a notification gets nothing.
-        let batch = call(r#"[{"jsonrpc":"2.0","method":"health.health","id":1}]"#);
-        assert!(
-            batch.as_deref().is_some_and(|b| b.contains("-32700")),
-            "{batch:?}"
-        );
-        assert_eq!(call(r#"{"jsonrpc":"2.0","method":"health.health"}"#), None);
     }
 }

@@ -35,10 +35,10 @@ use crate::body::Chunks;
 use crate::call::{Answer, AnswerKind, Caller, RequestSummary, RpcCall};
 use crate::config::LimitsConfig;
 use crate::error::ProxyError;
-use crate::jsonrpc::{self, gojson, Verdict};
+use crate::jsonrpc::{self, gojson, names, Verdict};
 use crate::methods::{Family, MethodSpec, Registry};
 use crate::metrics::CounterTable;
-use crate::ratelimit::Limiter;
+use crate::ratelimit::Quota;
 
 /// The longest id snowgate takes, in raw bytes as sent (whitespace included): a UUID string is
 /// 38, a Go client's random int63 19. Longer ones are refused (see the module doc).
@@ -53,6 +53,18 @@ pub(crate) fn id_too_long(decoded: &jsonrpc::Decoded) -> Option<ProxyError> {
     (id.len() > MAX_ID_BYTES).then_some(ProxyError::IdTooLong(MAX_ID_BYTES))
 }
 
+/// What a node's own service says of a method it lacks (`rpc: can't find method ...`, or of
+/// another service, `rpc: can't find service ...`, or of a name it will not map).
+fn no_such_method(family: Family, method: &str) -> ProxyError {
+    let service = family.service();
+    let message = match names::resolve(method, service, |_| false) {
+        Err(e) => e.0,
+        // Not reached: nothing is found when nothing is there.
+        Ok(_) => format!("rpc: can't find method {method:?}"),
+    };
+    ProxyError::NoSuchMethod(message)
+}
+
 /// `X-Cache`: HIT, MISS or BYPASS. A constant: a name given as a string is parsed, and a custom
 /// one allocated, on every insert.
 const X_CACHE: http::HeaderName = http::HeaderName::from_static("x-cache");
@@ -61,8 +73,8 @@ const X_CACHE: http::HeaderName = http::HeaderName::from_static("x-cache");
 pub struct Decoding {
     pub(crate) registry: Registry,
     pub(crate) limits: LimitsConfig,
-    /// To charge refused calls (`None` when rate limiting is off).
-    pub(crate) limiter: Option<Arc<Limiter>>,
+    /// To charge refused calls.
+    pub(crate) quota: Quota,
     /// `snowgate_requests_total`, resolved per method and outcome.
     pub(crate) requests: CounterTable,
 }
@@ -210,7 +222,9 @@ where
             return self.refuse_whole(e, caller).into_response();
         }
         let first = body.iter().find(|c| !c.is_ascii_whitespace());
-        if first == Some(&b'[') {
+        // A batch is snowgate's extension to the APIs it forwards; the one it answers itself
+        // reads a body as the node's service does (an array is its -32700).
+        if first == Some(&b'[') && !family.is_local() {
             if let Ok(range) = gojson::scan_value(body) {
                 let (response, calls) = self.batch(family, path, &body[range], caller).await;
                 summary.calls = calls;
@@ -265,6 +279,10 @@ where
             }),
             Verdict::Call => match (&decoded.ambiguity, registry.get(&decoded.envelope.method)) {
                 (Some(why), _) => Err(ProxyError::Ambiguous(why.clone())),
+                // The API the gateway answers itself words a method it lacks as its node does.
+                (None, spec) if family.is_local() && !spec.is_some_and(|s| s.family == family) => {
+                    Err(no_such_method(family, &decoded.envelope.method))
+                }
                 (None, None) => Err(ProxyError::UnknownMethod {
                     method: decoded.envelope.method.clone(),
                 }),
@@ -298,7 +316,8 @@ where
         // at `refused_cost`, by the rule the pool enforces for every call it sends (batch
         // elements included). Only a body that could triple past the limit is measured.
         let limit = self.shared.limits.body_bytes;
-        if raw.len().saturating_mul(3) > limit && call.upstream_len(u64::MAX) > limit {
+        let forwarded = !family.is_local();
+        if forwarded && raw.len().saturating_mul(3) > limit && call.upstream_len(u64::MAX) > limit {
             let _ = self.charge_refused(caller, None);
             let e = ProxyError::TooLargeForNode(limit);
             return self.refuse(e, Some(&call.spec), caller, call.id.as_deref());
@@ -316,7 +335,7 @@ where
                     body: client_id.as_deref().map(|id| answer.chunks(Some(id))),
                     status: StatusCode::OK,
                     retry_after: None,
-                    cache: Some(answer.cache.header()),
+                    cache: answer.cache.header(),
                     method: Some(spec),
                     upstream: answer.upstream,
                 }
@@ -346,8 +365,7 @@ where
     /// waiting on Redis; over quota, the 429 to answer instead (or the 503 of global quotas
     /// without Redis under `on_redis_down = "deny"`).
     fn charge_refused(&self, caller: &Caller, id: Option<&[u8]>) -> Option<Outcome> {
-        let limiter = self.shared.limiter.as_ref().filter(|_| !caller.admin)?;
-        let e = limiter.charge_refused(&caller.client).err()?;
+        let e = self.shared.quota.charge_refused(caller).err()?;
         self.count(None, e.outcome());
         Some(Outcome::error(&e, id))
     }
@@ -448,7 +466,7 @@ mod tests {
             requests: CounterTable::new(metrics.requests.clone(), registry.len() + 1, OUTCOMES),
             registry,
             limits,
-            limiter: None,
+            quota: Quota::default(),
         };
         DecodeLayer::new(Arc::new(shared)).layer(inner)
     }

@@ -1,23 +1,21 @@
-//! Routing: which path is what, the node's HTTP-level refusals, and the request body.
+//! Routing: which path is what ([`super::rpc`] says which are JSON-RPC on which listener), the
+//! node's HTTP-level refusals, and the request body.
 //!
-//! * `POST /ext/info`, the five P-chain paths and the P-chain's ProposerVM path: JSON-RPC. Any other method gets the node's 405,
-//!   a content type other than `application/json` its 415 (both as a node words them); then the
-//!   caller's quota speaks before its body is read: a caller known to be over it gets its 429 at
-//!   once (`"id":null`, nothing of the body read or echoed), and the body is charged by its size
-//!   ([`Limiter::body_units`]: the declared length up front, else as it arrives); then the body is
-//!   read within its limits and its connection's, address's and the gateway's room
-//!   ([`super::request_body`]) and handed, with who is calling, to the layer below as an
-//!   [`RpcRequest`]. Only what is parsed there is forwarded: the client's headers and bytes never
-//!   reach a node.
-//! * `POST /ext/health`: the node's health API over JSON-RPC, answered by [`super::admin`] from
-//!   the pool's state after the same checks as an RPC body (415, body limits, nesting depth) and a
-//!   charge to the caller's quota;
+//! * `POST /ext/info`, the five P-chain paths, the P-chain's ProposerVM path and `POST
+//!   /ext/health` (the node's health API, the one RPC path of the admin listener): JSON-RPC. Any
+//!   other method gets the node's 405, a content type other than `application/json` its 415 (both
+//!   as a node words them); then the caller's quota speaks before its body is read: a caller
+//!   known to be over it gets its 429 at once (`"id":null`, nothing of the body read or echoed),
+//!   and the body is charged by its size ([`crate::ratelimit::BodyCharge`]: the declared length
+//!   up front, else as it arrives); then the body is read within its limits and its
+//!   connection's, address's and the gateway's room ([`super::request_body`]) and handed, with
+//!   who is calling, to the layer below as an [`RpcRequest`]. Only what is parsed there is
+//!   forwarded: the client's headers and bytes never reach a node.
 //! * snowgate's own endpoints ([`super::admin`], which also says who may use them on which
-//!   listener); the admin listener serves nothing else;
+//!   listener);
 //! * anything else: the node's 404.
 //!
-//! The router's future is the one boxed future of the HTTP layers: it holds the request body's
-//! room while the call runs below it.
+//! The router's future is boxed: it holds the request body's room while the call runs below it.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -28,20 +26,20 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::{header, HeaderMap, Method, Request};
+use http::{header, HeaderMap, Request};
 use tokio::sync::Semaphore;
 use tower::{Layer, Service, ServiceExt};
 
 use super::admin::{Admin, Endpoint};
 use super::record::{Record, RequestLog};
 use super::request_body::{self, AddressRooms, BodyError, BodyRoom, Meter};
-use super::rpc::{rpc_path, RpcRequest};
-use super::{ConnInfo, HttpResponse, Surface, X_REQUEST_ID};
-use crate::call::{Caller, ClientId};
+use super::rpc::{rpc_route, Rpc, RpcRequest};
+use super::{ConnInfo, HttpResponse, X_REQUEST_ID};
+use crate::call::Caller;
 use crate::config::{ClientIpHeader, LimitsConfig};
 use crate::error::{Counted, ProxyError};
 use crate::jsonrpc::http::media_type;
-use crate::ratelimit::{client, Admission, Limiter};
+use crate::ratelimit::{client, BodyCharge, Quota};
 
 /// The header an admin caller uses to pin a call to one upstream.
 pub const PIN_HEADER: &str = "x-snowgate-upstream";
@@ -50,8 +48,8 @@ pub const PIN_HEADER: &str = "x-snowgate-upstream";
 pub struct Routes {
     /// snowgate's endpoints; its admin keys and metrics serve the router too.
     pub(crate) admin: Admin,
-    /// To tell whose quota a call is charged to (`None` when rate limiting is off).
-    pub(crate) limiter: Option<Arc<Limiter>>,
+    /// Whose quota a request is charged to, and what its body costs.
+    pub(crate) quota: Quota,
     pub(crate) limits: LimitsConfig,
     /// Room for request bodies over all connections (`limits.total_body_bytes`).
     pub(crate) body_room: Arc<Semaphore>,
@@ -144,10 +142,7 @@ impl Routes {
         } else {
             None
         };
-        let client = match &self.limiter {
-            Some(l) => l.identify(peer.ip(), headers),
-            None => ClientId::Ip(peer.ip()),
-        };
+        let client = self.quota.identify(peer.ip(), headers);
         Caller {
             admin,
             pin,
@@ -210,42 +205,29 @@ where
 
     fn call(&mut self, req: Request<B>) -> BoxFuture {
         let routes = self.routes.clone();
-        let Some((family, path)) = rpc_path(req.uri().path()) else {
-            let endpoint = Endpoint::at(req.uri().path());
-            if endpoint == Some(Endpoint::Health) && req.method() == Method::POST {
-                return health_rpc(routes, self.conn.clone(), req);
+        let surface = self.conn.surface;
+        let (family, path) = match rpc_route(surface, req.method(), req.uri().path()) {
+            Rpc::Call(family, path) => (family, path),
+            Rpc::NotPost => {
+                let e = ProxyError::PostRequired(req.method().clone());
+                return Box::pin(std::future::ready(Ok(routes.reject(&e))));
             }
-            let surface = self.conn.surface;
-            return Box::pin(async move {
-                let answer = match endpoint {
-                    Some(endpoint) => {
-                        let (method, headers) = (req.method(), req.headers());
-                        let admin = &routes.admin;
-                        admin
-                            .serve(endpoint, surface, method, headers, req.uri())
-                            .await
-                    }
-                    None => Err(ProxyError::NotFound),
-                };
-                Ok(answer.unwrap_or_else(|e| routes.reject(&e)))
-            });
+            Rpc::No => {
+                return Box::pin(async move {
+                    let answer = match Endpoint::at(req.uri().path()) {
+                        Some(endpoint) => {
+                            let (method, headers) = (req.method(), req.headers());
+                            let admin = &routes.admin;
+                            admin
+                                .serve(endpoint, surface, method, headers, req.uri())
+                                .await
+                        }
+                        None => Err(ProxyError::NotFound),
+                    };
+                    Ok(answer.unwrap_or_else(|e| routes.reject(&e)))
+                });
+            }
         };
-        // The admin listener serves no RPC.
-        if self.conn.surface == Surface::Admin {
-            let e = ProxyError::NotFound;
-            // The trace layer leaves a POST to an RPC path to its record.
-            let answer = if req.method() == Method::POST {
-                let record = routes.record(Instant::now(), req.headers(), self.conn.peer.ip());
-                routes.refuse_rpc(&e, record)
-            } else {
-                routes.reject(&e)
-            };
-            return Box::pin(std::future::ready(Ok(answer)));
-        }
-        if req.method() != Method::POST {
-            let e = ProxyError::PostRequired(req.method().clone());
-            return Box::pin(std::future::ready(Ok(routes.reject(&e))));
-        }
         let started = Instant::now();
         if let Err(e) = json_content(req.headers()) {
             let client = routes.caller(req.headers(), self.conn.peer).client_addr();
@@ -327,18 +309,15 @@ impl<F: Future> Future for OffTheWorker<F> {
     }
 }
 
-/// The quota units a health call costs: one call of the default cost.
-const HEALTH_COST: u32 = 1;
-
 /// The node's 415 unless the body is declared `application/json`.
 fn json_content(headers: &HeaderMap) -> Result<(), ProxyError> {
     let (media, is_json) = media_type(headers.get(header::CONTENT_TYPE));
     if is_json {
         return Ok(());
     }
-    Err(ProxyError::UnsupportedMediaType(
-        String::from_utf8_lossy(media).into_owned(),
-    ))
+    Err(ProxyError::UnsupportedMediaType(Bytes::copy_from_slice(
+        media,
+    )))
 }
 
 /// The longest a refusal before the body is held (see `read_rpc_body`).
@@ -363,11 +342,11 @@ async fn read_rpc_body<B>(
 where
     B: http_body::Body<Data = Bytes>,
 {
-    let Some(limiter) = routes.limiter.as_ref().filter(|_| !caller.admin) else {
+    let Some(mut charge) = routes.quota.body(caller) else {
         let read = read_body(routes, body, room, &mut ()).await;
         return read.map_err(|e| body_error(routes, conn, caller, e));
     };
-    if let Err(over) = limiter.before_body(&caller.client) {
+    if let Err(over) = charge.before() {
         // Held for half the wait it was given (at most [`REFUSAL_HOLD`]): a client flooding past
         // its quota then gets a few refusals per connection per wait, not as many as it can
         // send, and costs no CPU meanwhile (nothing of its body is read); the connection stays
@@ -376,61 +355,22 @@ where
         tokio::time::sleep((over.retry_after / 2).min(REFUSAL_HOLD)).await;
         return Err(over.error());
     }
-    let mut meter = SizeCharge {
-        limiter,
-        client: &caller.client,
-        charged: 0,
-        refusal: None,
-    };
     let declared = body.size_hint().lower();
     // A declared length over the limit is the read's 413, charged nothing.
     if declared <= u64::try_from(routes.limits.body_bytes).unwrap_or(u64::MAX) {
-        // One charge can take at most the burst; the rest is charged as the bytes arrive.
-        let units = limiter
-            .body_units(declared)
-            .min(limiter.burst_units(&caller.client));
-        if units > 0 {
-            let admitted = match limiter.admit(&caller.client, units) {
-                Admission::Decided(verdict) => verdict,
-                Admission::Pending(decision) => decision.await,
-            };
-            admitted?;
-            meter.charged = units;
-        }
+        charge.declared(declared).await?;
     }
-    let read = read_body(routes, body, room, &mut meter).await;
-    read.map_err(|e| match (e, meter.refusal.take()) {
+    let read = read_body(routes, body, room, &mut charge).await;
+    read.map_err(|e| match (e, charge.refusal()) {
         (BodyError::Refused, Some(refusal)) => refusal,
         (e, _) => body_error(routes, conn, caller, e),
     })
 }
 
-/// A caller's quota paying for its body by size as the bytes arrive (beyond what was charged up
-/// front), without waiting; what it refused with.
-struct SizeCharge<'a> {
-    limiter: &'a Arc<Limiter>,
-    client: &'a ClientId,
-    /// Units charged so far.
-    charged: u32,
-    refusal: Option<ProxyError>,
-}
-
-impl Meter for SizeCharge<'_> {
+/// A caller's quota paying for its body by size as the bytes arrive.
+impl Meter for BodyCharge<'_> {
     fn arrived(&mut self, total: u64) -> bool {
-        let due = self.limiter.body_units(total);
-        if due <= self.charged {
-            return true;
-        }
-        match self.limiter.charge_now(self.client, due - self.charged) {
-            Ok(()) => {
-                self.charged = due;
-                true
-            }
-            Err(e) => {
-                self.refusal = Some(e);
-                false
-            }
-        }
+        BodyCharge::arrived(self, total)
     }
 }
 
@@ -465,46 +405,6 @@ fn body_error(routes: &Routes, conn: &ConnInfo, caller: &Caller, e: BodyError) -
     }
 }
 
-/// `POST /ext/health`: the node's health API, answered here from the pool's state. The body
-/// meets every check an RPC body meets (the node's 415, the size and time limits, the nesting
-/// depth) and the caller's quota pays for it (admins excepted), so that the endpoint is no
-/// cheaper a flood than any other call.
-fn health_rpc<B>(routes: Arc<Routes>, conn: Arc<ConnInfo>, req: Request<B>) -> BoxFuture
-where
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Send,
-{
-    if let Err(e) = json_content(req.headers()) {
-        return Box::pin(std::future::ready(Ok(routes.reject(&e))));
-    }
-    Box::pin(async move {
-        let caller = routes.caller(req.headers(), conn.peer);
-        let mut room = routes.body_room(&conn, req.headers());
-        let read = read_rpc_body(&routes, &conn, &caller, req.into_body(), &mut room);
-        let body = match read.await {
-            Ok(body) => body,
-            Err(e) => return Ok(routes.reject(&e)),
-        };
-        let depth = routes.limits.depth;
-        if crate::jsonrpc::gojson::nesting_depth(&body) > depth {
-            return Ok(routes.reject(&ProxyError::TooDeep(depth)));
-        }
-        if let Some(limiter) = routes.limiter.as_ref().filter(|_| !caller.admin) {
-            let units = limiter.units(HEALTH_COST, false);
-            let admitted = match limiter.admit(&caller.client, units) {
-                Admission::Decided(verdict) => verdict,
-                Admission::Pending(decision) => decision.await,
-            };
-            if let Err(e) = admitted {
-                return Ok(routes.reject(&e));
-            }
-        }
-        let answer = routes.admin.health_rpc(&body);
-        drop(room);
-        Ok(answer)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -515,6 +415,7 @@ mod tests {
     use crate::metrics::Metrics;
     use crate::policy::AdminKeys;
     use crate::upstream::Pool;
+    use http::Method;
     use http_body_util::{BodyExt, Full};
     use std::sync::atomic::AtomicBool;
     use std::sync::Mutex;
@@ -541,21 +442,24 @@ mod tests {
             admin: Admin {
                 registry: Registry::builtin(),
                 keys,
-                pool,
+                pool: pool.clone(),
                 cache: None,
                 metrics: metrics.clone(),
-                draining: Arc::new(AtomicBool::new(false)),
+                health: Arc::new(crate::health::HealthApi::new(
+                    pool.clone(),
+                    Arc::new(AtomicBool::new(false)),
+                    None,
+                )),
                 body_room: body_room.clone(),
                 total_body_bytes: limits.total_body_bytes,
-                shared: None,
                 reload: None,
                 board: crate::http::status::StatusBoard::new(metrics.clone()),
-                limiter: None,
+                quota: Quota::default(),
                 cache_max_bytes: 0,
                 admin_listener: false,
                 public_versions: true,
             },
-            limiter: None,
+            quota: Quota::default(),
             log: Arc::new(RequestLog {
                 durations: crate::metrics::HistogramTable::new(
                     metrics.request_duration.clone(),

@@ -20,40 +20,39 @@ use tower::{Layer, Service};
 use tracing::Span;
 
 use super::record::RequestLog;
-use super::X_REQUEST_ID;
+use super::{Surface, X_REQUEST_ID};
 use crate::call::RequestSummary;
+use crate::ratelimit::Quota;
 
 /// Opens a span per request and measures it.
 #[derive(Clone)]
 pub struct TraceLayer {
     shared: Arc<Tracing>,
-    /// The connection's peer (`None`: the layer of no connection yet, see [`TraceLayer::on`]).
-    peer: Option<std::net::IpAddr>,
+    /// The connection's peer and listener (`None`: the layer of no connection yet, see
+    /// [`TraceLayer::on`]).
+    conn: Option<(std::net::IpAddr, Surface)>,
 }
 
 /// What every request's trace reads (one reference count per request, as before the client was
 /// in the access line).
 struct Tracing {
     log: Arc<RequestLog>,
-    /// Who the client is, as the rate limiter sees it (`None`: rate limiting is off, the peer).
-    limiter: Option<Arc<crate::ratelimit::Limiter>>,
+    /// Who the client is, as its quota is kept.
+    quota: Quota,
 }
 
 impl TraceLayer {
-    pub fn new(
-        log: Arc<RequestLog>,
-        limiter: Option<Arc<crate::ratelimit::Limiter>>,
-    ) -> TraceLayer {
+    pub fn new(log: Arc<RequestLog>, quota: Quota) -> TraceLayer {
         TraceLayer {
-            shared: Arc::new(Tracing { log, limiter }),
-            peer: None,
+            shared: Arc::new(Tracing { log, quota }),
+            conn: None,
         }
     }
 
-    /// This layer for the connection from `peer`.
-    pub fn on(&self, peer: std::net::IpAddr) -> TraceLayer {
+    /// This layer for the connection from `peer` to the `surface` listener.
+    pub fn on(&self, peer: std::net::IpAddr, surface: Surface) -> TraceLayer {
         TraceLayer {
-            peer: Some(peer),
+            conn: Some((peer, surface)),
             ..self.clone()
         }
     }
@@ -66,7 +65,7 @@ impl<S> Layer<S> for TraceLayer {
         Trace {
             inner,
             shared: self.shared.clone(),
-            peer: self.peer,
+            conn: self.conn,
         }
     }
 }
@@ -76,7 +75,7 @@ impl<S> Layer<S> for TraceLayer {
 pub struct Trace<S> {
     inner: S,
     shared: Arc<Tracing>,
-    peer: Option<std::net::IpAddr>,
+    conn: Option<(std::net::IpAddr, Surface)>,
 }
 
 impl<S, B, ResBody> Service<Request<B>> for Trace<S>
@@ -102,20 +101,24 @@ where
             path = ?req.uri().path()
         );
         // A JSON-RPC request carries its own record (see the module doc).
-        let recorded_below = super::rpc::is_rpc(req.method(), req.uri().path());
+        let (peer, surface) = match self.conn {
+            Some((peer, surface)) => (Some(peer), surface),
+            None => (None, Surface::Public),
+        };
+        let recorded_below = super::rpc::is_rpc(surface, req.method(), req.uri().path());
         // Kept for the access line (the header value is reference-counted, not copied).
         let log = &self.shared.log;
         let request_id = (log.access && !recorded_below).then(|| id.clone());
         let started = (!recorded_below).then(Instant::now);
-        // The client as the limiter sees it, for the access line of a request recorded here.
-        let client = match (&self.shared.limiter, self.peer) {
-            _ if recorded_below || !log.access => None,
-            (Some(l), Some(peer)) => match l.identify(peer, req.headers()) {
-                crate::call::ClientId::Ip(ip) => Some(ip),
-                crate::call::ClientId::Key(_) => Some(peer),
-            },
-            (None, peer) => peer,
-            (Some(_), None) => None,
+        // The client as its quota knows it, for the access line of a request recorded here.
+        let client = match peer {
+            Some(peer) if log.access && !recorded_below => {
+                match self.shared.quota.identify(peer, req.headers()) {
+                    crate::call::ClientId::Ip(ip) => Some(ip),
+                    crate::call::ClientId::Key(_) => Some(peer),
+                }
+            }
+            _ => None,
         };
         let inner = {
             let _entered = span.enter();

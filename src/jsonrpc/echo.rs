@@ -28,6 +28,18 @@ impl<'a> Echo<'a> {
     }
 }
 
+/// A client's bytes as a message quotes them unquoted: its first [`MAX_ECHO`] bytes as sent
+/// (not decoded: a node writes a header's bytes back unchanged), then `…` and its length when it
+/// was longer.
+pub fn bounded(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if bytes.len() <= MAX_ECHO {
+        return std::borrow::Cow::Borrowed(bytes);
+    }
+    let mut out = bytes[..MAX_ECHO].to_vec();
+    out.extend_from_slice(format!("… ({} bytes)", bytes.len()).as_bytes());
+    std::borrow::Cow::Owned(out)
+}
+
 impl std::fmt::Display for Echo<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut cut = self.text.len().min(MAX_ECHO);

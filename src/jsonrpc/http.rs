@@ -35,11 +35,14 @@ pub const P_CHAIN_PATHS: [&str; 5] = [
 /// not documented.
 pub const PROPOSERVM_PATH: &str = "/ext/bc/P/proposervm";
 
+/// The node's health API (`health.*` over JSON-RPC on POST; a node's JSON report on GET).
+pub const HEALTH_PATH: &str = "/ext/health";
+
 /// gorilla/mux's answer to an unknown path (`text/plain`, 404).
 pub const NOT_FOUND_TEXT: &str = "404 page not found\n";
 
 /// gorilla/rpc's answer to a method other than POST on an RPC path (`text/plain`, 405).
-pub fn post_required_text(received: &Method) -> String {
+pub fn post_required_text(received: impl std::fmt::Display) -> String {
     format!("rpc: POST method required, received {received}")
 }
 

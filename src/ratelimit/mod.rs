@@ -27,12 +27,16 @@
 //!   hold this instance's share (`rate / expected_instances`), used only while Redis cannot
 //!   decide and `on_redis_down = "local"`, and for refused calls that find no lease.
 //!
-//! [`RateLimitLayer`] sits under the policy layer (refused calls cost nothing) and over the cache
+//! The request path reaches all of this through one handle, [`Quota`] (`quota.rs`, with the
+//! per-call [`RateLimitLayer`]). The layer sits under the policy layer (refused calls cost nothing) and over the cache
 //! (hits are counted, at their own price).
 
 pub mod client;
 pub mod global;
 mod lease;
+mod quota;
+
+pub use quota::{BodyCharge, Quota, RateLimitLayer};
 
 use std::future::Future;
 use std::net::IpAddr;
@@ -40,23 +44,19 @@ use std::num::NonZeroU32;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use dashmap::DashMap;
-use futures_util::future::Either;
 // The std monotonic clock, not governor's default TSC-based one: that one is calibrated at start
 // and can run fast on a loaded VM, refilling buckets early.
 use governor::clock::{Clock, MonotonicClock};
 use governor::state::{InMemoryState, NotKeyed};
-use governor::{Quota, RateLimiter};
+use governor::{Quota as Gcra, RateLimiter};
 use ipnet::IpNet;
 use prometheus::{IntCounterVec, IntGauge};
 use tokio::sync::Notify;
-use tower::{Layer, Service};
 
-use crate::call::{Answer, RpcCall};
-use crate::call::{ClientId, HitProbe};
+use crate::call::ClientId;
 use crate::config::OnRedisDown;
 use crate::error::ProxyError;
 use crate::keys::{self, KeySet};
@@ -74,14 +74,14 @@ const SCALE: f64 = 10.0;
 /// The local quota of `rps` cost units per second and `burst` at once, divided by `share` (1: the
 /// whole quota; `expected_instances`: an instance's share of a global one), its burst never below
 /// `floor` cost units (the dearest method must stay affordable).
-fn quota(rps: u32, burst: u32, share: u32, floor: u32) -> Quota {
+fn quota(rps: u32, burst: u32, share: u32, floor: u32) -> Gcra {
     let units = |v: u32| u64::from(v) * SCALE as u64;
     let share = u64::from(share.max(1));
     let tenths = |v: u64| {
         NonZeroU32::new(u32::try_from(v).unwrap_or(u32::MAX).max(1)).unwrap_or(NonZeroU32::MIN)
     };
     let burst = (units(burst) / share).max(units(floor));
-    Quota::per_second(tenths(units(rps) / share)).allow_burst(tenths(burst))
+    Gcra::per_second(tenths(units(rps) / share)).allow_burst(tenths(burst))
 }
 
 type Direct = RateLimiter<
@@ -103,7 +103,7 @@ struct Bucket {
 }
 
 impl Bucket {
-    fn new(quota: Quota) -> Bucket {
+    fn new(quota: Gcra) -> Bucket {
         Bucket {
             gcra: RateLimiter::direct_with_clock(quota, MonotonicClock),
             denied_until_ms: AtomicU64::new(0),
@@ -138,7 +138,7 @@ pub struct Limiter {
     /// The latest end of any client's refusal (ms since `epoch`): while it is past, no client is
     /// refused before its body, and [`Limiter::before_body`] looks nobody up.
     denied_until_ms: AtomicU64,
-    ip_quota: Quota,
+    ip_quota: Gcra,
     /// A bucket unused this long has refilled: forgetting it changes nothing.
     refill: Duration,
     epoch: std::time::Instant,
@@ -629,77 +629,6 @@ fn kind(client: &ClientId) -> &'static str {
     match client {
         ClientId::Key(_) => "key",
         ClientId::Ip(_) => "ip",
-    }
-}
-
-/// Charges each call against its client's quota before it reaches the cache.
-#[derive(Clone)]
-pub struct RateLimitLayer {
-    limiter: Arc<Limiter>,
-    cache: Option<Arc<dyn HitProbe>>,
-}
-
-impl RateLimitLayer {
-    pub fn new(limiter: Arc<Limiter>, cache: Option<Arc<dyn HitProbe>>) -> RateLimitLayer {
-        RateLimitLayer { limiter, cache }
-    }
-}
-
-impl<S> Layer<S> for RateLimitLayer {
-    type Service = RateLimit<S>;
-    fn layer(&self, inner: S) -> RateLimit<S> {
-        RateLimit {
-            inner,
-            limiter: self.limiter.clone(),
-            cache: self.cache.clone(),
-        }
-    }
-}
-
-/// The service of [`RateLimitLayer`].
-#[derive(Clone)]
-pub struct RateLimit<S> {
-    inner: S,
-    limiter: Arc<Limiter>,
-    cache: Option<Arc<dyn HitProbe>>,
-}
-
-impl<S> Service<RpcCall> for RateLimit<S>
-where
-    S: Service<RpcCall, Response = Answer, Error = ProxyError> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = Answer;
-    type Error = ProxyError;
-    type Future = Either<
-        std::future::Ready<Result<Answer, ProxyError>>,
-        Pin<Box<dyn Future<Output = Result<Answer, ProxyError>> + Send>>,
-    >;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ProxyError>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut call: RpcCall) -> Self::Future {
-        if !call.caller.admin {
-            // The cache's decision stays on the call: the cache answers by the one priced here.
-            let hit = self.cache.as_ref().is_some_and(|c| c.would_hit(&mut call));
-            let units = self.limiter.units(call.spec.cost, hit);
-            match self.limiter.admit(&call.caller.client, units) {
-                Admission::Decided(Ok(())) => {}
-                Admission::Decided(Err(e)) => return Either::Left(std::future::ready(Err(e))),
-                Admission::Pending(decision) => {
-                    // Redis decides first: the future takes the instance that was polled ready.
-                    let clone = self.inner.clone();
-                    let mut inner = std::mem::replace(&mut self.inner, clone);
-                    return Either::Right(Box::pin(async move {
-                        decision.await?;
-                        inner.call(call).await
-                    }));
-                }
-            }
-        }
-        Either::Right(Box::pin(self.inner.call(call)))
     }
 }
 

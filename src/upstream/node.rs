@@ -279,6 +279,8 @@ impl Upstream {
             crate::methods::Family::Info => &self.paths.0,
             crate::methods::Family::Platform => &self.paths.1,
             crate::methods::Family::ProposerVm => &self.paths.2,
+            // Never asked: the gateway answers the health API itself (`crate::stack::Forward`).
+            crate::methods::Family::Health => crate::jsonrpc::http::HEALTH_PATH,
         }
     }
 
