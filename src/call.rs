@@ -133,7 +133,27 @@ pub struct ReloadReport {
 pub trait Reload: Send + Sync {
     fn reload(
         &self,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<ReloadReport, String>> + Send>>;
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<ReloadReport, ReloadFailure>> + Send>,
+    >;
+}
+
+/// Why a reload asked through [`Reload`] changed nothing; its text is what `POST /snowgate/reload`
+/// answers.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadFailure {
+    /// The reload ran and changed nothing: the reloader's own error (the gateway's
+    /// `ReloadError`: no file, an invalid one, a node that cannot be set up), as it words it.
+    /// Boxed because this module ranks below the config and the gateway; reach the error itself
+    /// with `downcast_ref`.
+    #[error(transparent)]
+    Refused(Box<dyn std::error::Error + Send + Sync>),
+    /// The task running the reload did not finish (it panicked).
+    #[error("the reload task failed: {0}")]
+    Task(tokio::task::JoinError),
+    /// The gateway is gone or going: there is nothing left to reload.
+    #[error("the gateway is shutting down")]
+    ShuttingDown,
 }
 
 /// One call on its way to a node.

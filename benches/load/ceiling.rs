@@ -51,12 +51,10 @@ pub fn run_bare_proxy(port: u16, node: &str) -> Result<(), String> {
     use std::time::Duration;
 
     let node: http::uri::Authority = node.parse().map_err(|e| format!("{node}: {e}"))?;
-    let connections = Arc::new(Connections::new(
-        &node,
-        Duration::from_secs(1),
-        256,
-        Duration::from_secs(60),
-    )?);
+    let connections = Arc::new(
+        Connections::new(&node, Duration::from_secs(1), 256, Duration::from_secs(60))
+            .map_err(|e| e.to_string())?,
+    );
     serve(port, move |request| {
         let connections = connections.clone();
         // Every contestant's requests go to the P-chain path.

@@ -43,7 +43,7 @@ use crate::policy::AdminKeys;
 use crate::ratelimit::{Limiter, Quota};
 use crate::shared::{RedisSetupError, Shared};
 use crate::stack::{SharedRpc, Stack};
-use crate::upstream::Pool;
+use crate::upstream::{Pool, UpstreamError};
 
 pub use reload::{ConfigSource, ReloadError};
 
@@ -67,8 +67,8 @@ pub enum StartError {
     Address(std::io::Error),
     /// A node of `[[upstreams]]` cannot be set up (its URL, headers, TLS roots), as the pool
     /// says it.
-    #[error("{0}")]
-    Pool(String),
+    #[error(transparent)]
+    Pool(#[from] UpstreamError),
     /// The fleet's Redis (`[redis]`) cannot be set up.
     #[error(transparent)]
     Redis(#[from] RedisSetupError),
@@ -314,16 +314,13 @@ impl Core {
         background: Option<watch::Receiver<bool>>,
     ) -> Result<Core, StartError> {
         let metrics = Metrics::new();
-        let pool = Arc::new(
-            Pool::new(
-                &config.upstreams,
-                config.health.clone(),
-                config.upstream.clone(),
-                &config.limits,
-                metrics.clone(),
-            )
-            .map_err(StartError::Pool)?,
-        );
+        let pool = Arc::new(Pool::new(
+            &config.upstreams,
+            config.health.clone(),
+            config.upstream.clone(),
+            &config.limits,
+            metrics.clone(),
+        )?);
         pool.expect_network(config.network.id);
         pool.check_all().await;
         pool.settle_network(config.network.id);

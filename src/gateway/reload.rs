@@ -28,11 +28,12 @@ use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
 use super::{unix_now, Core, Generation, Stacks, StartError};
-use crate::call::{Reload, ReloadReport};
+use crate::call::{Reload, ReloadFailure, ReloadReport};
 use crate::config::{Config, ConfigError};
 use crate::methods::Registry;
 use crate::metrics::Event;
 use crate::ratelimit::Limiter;
+use crate::upstream::UpstreamError;
 
 /// Where a gateway's config comes from: read at start and at every reload, then validated by the
 /// gateway as `snowgate check` validates it (once: [`Config::check`], which also builds the
@@ -103,8 +104,8 @@ pub enum ReloadError {
     #[error("{0} (with the restart-only settings kept as they are)")]
     Kept(ConfigError),
     /// A node of the new `[[upstreams]]` cannot be set up, as the pool says it.
-    #[error("{0}")]
-    Pool(String),
+    #[error(transparent)]
+    Pool(#[from] UpstreamError),
 }
 
 /// `e`, then each of its causes, `: `-joined.
@@ -305,18 +306,19 @@ struct Reloader(Weak<Live>);
 impl Reload for Reloader {
     fn reload(
         &self,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<ReloadReport, String>> + Send>>
-    {
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<ReloadReport, ReloadFailure>> + Send>,
+    > {
         let live = self.0.upgrade();
         Box::pin(async move {
             match live {
                 // A task of its own: an admin whose client gives up (the answer's future is
                 // dropped) must not cut a reload half-way, unlogged and uncounted.
                 Some(live) => match tokio::spawn(async move { live.reload().await }).await {
-                    Ok(result) => result.map_err(|e| e.to_string()),
-                    Err(e) => Err(format!("the reload task failed: {e}")),
+                    Ok(result) => result.map_err(|e| ReloadFailure::Refused(Box::new(e))),
+                    Err(e) => Err(ReloadFailure::Task(e)),
                 },
-                None => Err("the gateway is shutting down".into()),
+                None => Err(ReloadFailure::ShuttingDown),
             }
         })
     }
@@ -385,4 +387,42 @@ fn reclassed(old: &Registry, new: &Registry) -> Vec<String> {
         })
         .map(|o| o.name.clone())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `POST /snowgate/reload` answers is the error's text: the same through the trait as
+    /// from the gateway, word for word.
+    #[test]
+    fn a_refused_reload_says_the_gateways_words() {
+        let e = ReloadError::Pool(UpstreamError::Credentials);
+        assert_eq!(e.to_string(), "the URL's credentials cannot be sent");
+        let through = ReloadFailure::Refused(Box::new(e));
+        assert_eq!(through.to_string(), "the URL's credentials cannot be sent");
+        let ReloadFailure::Refused(inner) = &through else {
+            panic!("{through:?}");
+        };
+        assert!(matches!(
+            inner.downcast_ref::<ReloadError>(),
+            Some(ReloadError::Pool(UpstreamError::Credentials))
+        ));
+        let e = ReloadError::Pool(UpstreamError::Url(
+            crate::config::upstream::UrlError::NoHost,
+        ));
+        assert_eq!(e.to_string(), "missing host");
+        assert_eq!(
+            ReloadFailure::Refused(Box::new(ReloadError::NoFile)).to_string(),
+            "snowgate was started without a config file (--config)"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_gateway_gone_cannot_be_reloaded() {
+        let reloader = Reloader(Weak::new());
+        let e = reloader.reload().await.expect_err("nothing to reload");
+        assert!(matches!(e, ReloadFailure::ShuttingDown), "{e:?}");
+        assert_eq!(e.to_string(), "the gateway is shutting down");
+    }
 }

@@ -337,7 +337,10 @@ impl Admin {
                 "snowgate was started without a config file (--config)".into(),
             ));
         };
-        let report = reload.reload().await.map_err(ProxyError::ReloadFailed)?;
+        let report = reload
+            .reload()
+            .await
+            .map_err(|e| ProxyError::ReloadFailed(e.to_string()))?;
         #[derive(serde::Serialize)]
         #[serde(rename_all = "camelCase")]
         struct Reloaded {

@@ -80,6 +80,27 @@ pub enum SharedError {
     Failed,
 }
 
+/// Why one probe of Redis failed: the watcher's reason, logged once per distinct text. redis-rs's
+/// own errors are said as it words them; they name no password.
+#[derive(Debug, thiserror::Error)]
+enum ProbeError {
+    /// A cluster's first connection failed.
+    #[error("{0}")]
+    Connect(redis::RedisError),
+    /// A cluster's first connection did not open within the connect timeout.
+    #[error("connect timed out")]
+    ConnectTimeout,
+    /// There is no connection to send the `PING` on.
+    #[error("not connected")]
+    NotConnected,
+    /// The `PING` failed.
+    #[error("{0}")]
+    Ping(redis::RedisError),
+    /// The `PING` got no answer in time.
+    #[error("no answer within {0:?}")]
+    NoAnswer(Duration),
+}
+
 /// The connection: one server (through redis-rs's reconnecting manager) or a cluster.
 ///
 /// Either is replaced by a fresh one after every failed probe ([`Shared::renew`]): redis-rs
@@ -382,7 +403,7 @@ impl Shared {
 
     /// One probe of Redis: connects if needed (a cluster's first connection), then `PING`, both
     /// within a probe's time (the connect timeout while Redis is down, else `[redis] timeout`).
-    async fn probe(&self) -> Result<(), String> {
+    async fn probe(&self) -> Result<(), ProbeError> {
         let connect_wait = (self.timeout * 40).max(Duration::from_secs(1));
         if let Link::Cluster { client, conn } = &self.link {
             if conn.read().is_none() {
@@ -390,12 +411,12 @@ impl Shared {
                     Ok(Ok(c)) => {
                         *conn.write() = Some(c);
                     }
-                    Ok(Err(e)) => return Err(e.to_string()),
-                    Err(_) => return Err("connect timed out".into()),
+                    Ok(Err(e)) => return Err(ProbeError::Connect(e)),
+                    Err(_) => return Err(ProbeError::ConnectTimeout),
                 }
             }
         }
-        let mut conn = self.any_conn().ok_or("not connected")?;
+        let mut conn = self.any_conn().ok_or(ProbeError::NotConnected)?;
         // While down, the command may also have to (re)connect: give it the connect timeout.
         let wait = if self.breaker.closed() {
             self.timeout
@@ -406,8 +427,8 @@ impl Shared {
         let ping = ping.query_async::<String>(&mut conn);
         match tokio::time::timeout(wait, ping).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("no answer within {wait:?}")),
+            Ok(Err(e)) => Err(ProbeError::Ping(e)),
+            Err(_) => Err(ProbeError::NoAnswer(wait)),
         }
     }
 
@@ -455,7 +476,7 @@ impl Shared {
                 if self.breaker.open() {
                     self.opened("ping failed");
                 }
-                self.report(&why);
+                self.report(&why.to_string());
             }
             return;
         }
@@ -479,7 +500,7 @@ impl Shared {
             Err(why) => {
                 self.breaker.probe_failed();
                 self.metrics.breaker.set(State::Open as i64);
-                self.report(&why);
+                self.report(&why.to_string());
                 self.renew();
             }
         }

@@ -37,7 +37,8 @@
 //! cannot answer a request before it has seen it.
 //!
 //! The library exports [`Pool`] (the gateway's handle; tests read its `status`, `best_height`
-//! and run `check_once`), [`PoolStatus`] and [`UpstreamStatus`] (`/ext/health`), [`conn`]
+//! and run `check_once`), [`UpstreamError`] (why a node cannot be set up, when the pool is built
+//! or reloaded), [`PoolStatus`] and [`UpstreamStatus`] (`/ext/health`), [`conn`]
 //! (tests and the load benchmark's ceiling server drive the client directly), and [`Fault`] (in
 //! [`conn::SendError`]); everything else is internal. (A node's base URL is checked by
 //! `config::parse_base_url`.)
@@ -57,5 +58,6 @@ mod select;
 mod status;
 
 pub use health::Fault;
+pub use node::UpstreamError;
 pub use pool::Pool;
 pub use status::{PoolStatus, UpstreamStatus};

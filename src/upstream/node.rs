@@ -17,6 +17,7 @@ use super::health::{Fault, HealthState};
 use super::pending::Pending;
 use crate::call::{Answer, AnswerKind, CacheStatus};
 use crate::config::parse_base_url;
+use crate::config::upstream::{CaFileError, HeaderError, UrlError};
 use crate::config::{ForwardConfig, UpstreamConfig};
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
@@ -86,6 +87,31 @@ impl AttemptError {
             },
         }
     }
+}
+
+/// Why a node of `[[upstreams]]` cannot be set up (when the pool is built, or by a reload): its
+/// URL, its headers, its CA file, its connections. Never quotes the URL or a header's value (they
+/// may hold a key or a password).
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// The URL is not a node base URL.
+    #[error(transparent)]
+    Url(#[from] UrlError),
+    /// A header of its `headers` cannot be sent.
+    #[error(transparent)]
+    Header(#[from] HeaderError),
+    /// The URL's `user:password` do not make a header value.
+    #[error("the URL's credentials cannot be sent")]
+    Credentials,
+    /// Its `tls_ca_file` cannot be used.
+    #[error("upstream {upstream}: tls_ca_file: {error}")]
+    CaFile {
+        upstream: String,
+        error: CaFileError,
+    },
+    /// Its connections (Host header, TLS client) cannot be set up.
+    #[error(transparent)]
+    Conn(#[from] conn::ConnError),
 }
 
 /// One node behind the gateway.
@@ -184,14 +210,14 @@ impl Upstream {
         config: &UpstreamConfig,
         forward: &ForwardConfig,
         metrics: &Metrics,
-    ) -> Result<Upstream, String> {
-        let base = parse_base_url(&config.url).map_err(|e| e.to_string())?;
-        let mut headers = config.request_headers().map_err(|e| e.to_string())?;
+    ) -> Result<Upstream, UpstreamError> {
+        let base = parse_base_url(&config.url)?;
+        let mut headers = config.request_headers()?;
         if let Some(credentials) = &base.credentials {
             use base64::Engine as _;
             let basic = base64::engine::general_purpose::STANDARD.encode(credentials);
             let mut value = http::HeaderValue::from_str(&format!("Basic {basic}"))
-                .map_err(|_| "the URL's credentials cannot be sent".to_string())?;
+                .map_err(|_| UpstreamError::Credentials)?;
             value.set_sensitive(true);
             headers.push((http::header::AUTHORIZATION, value));
         }
@@ -199,8 +225,12 @@ impl Upstream {
         let connections = if base.tls {
             // The TLS config is made here, once per upstream, never per connection.
             let extra_roots = match &config.tls_ca_file {
-                Some(path) => crate::config::upstream::read_ca_file(path)
-                    .map_err(|e| format!("upstream {}: tls_ca_file: {e}", config.name))?,
+                Some(path) => crate::config::upstream::read_ca_file(path).map_err(|error| {
+                    UpstreamError::CaFile {
+                        upstream: config.name.clone(),
+                        error,
+                    }
+                })?,
                 None => Vec::new(),
             };
             let tls = conn::TlsClient::new(&config.name, base.authority.host(), extra_roots)?;

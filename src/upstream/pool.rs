@@ -12,7 +12,7 @@ use bytes::Bytes;
 use super::answer;
 use super::events::{self, Cause, NodeEvent};
 use super::health::{self, Fault, HealthState, Heights};
-use super::node::{answer_from, upstream_id, AttemptError, Upstream};
+use super::node::{answer_from, upstream_id, AttemptError, Upstream, UpstreamError};
 use super::select::{self, Choice, NodeView};
 use crate::call::{Answer, AnswerKind, CacheStatus, RpcCall};
 use crate::config::{ForwardConfig, HealthConfig, LimitsConfig, UpstreamConfig};
@@ -87,7 +87,7 @@ impl Pool {
         forward: ForwardConfig,
         limits: &LimitsConfig,
         metrics: Metrics,
-    ) -> Result<Pool, String> {
+    ) -> Result<Pool, UpstreamError> {
         let upstreams = upstreams
             .iter()
             .map(|u| Upstream::new(u, &forward, &metrics).map(Arc::new))
@@ -138,7 +138,7 @@ impl Pool {
         health: HealthConfig,
         forward: ForwardConfig,
         limits: &LimitsConfig,
-    ) -> Result<PoolChanges, String> {
+    ) -> Result<PoolChanges, UpstreamError> {
         let old = self.members();
         let mut changes = PoolChanges::default();
         let mut next = Vec::with_capacity(upstreams.len());

@@ -41,8 +41,8 @@
 //! * `tls.rs`: an upstream's TLS client ([`TlsClient`]) and the handshake;
 //! * `io.rs`: one connection on its socket: opening it, the exchange under its deadline, reading
 //!   the body by its framing, the idle check; [`SendError`] and [`Reply`] are what it gives back;
-//! * this file: the connections to one node ([`Connections`]), idle ones kept and reused, and
-//!   the API the rest of `src/upstream` uses.
+//! * this file: the connections to one node ([`Connections`]), idle ones kept and reused, why
+//!   they cannot be set up ([`ConnError`]), and the API the rest of `src/upstream` uses.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -78,6 +78,24 @@ pub struct Connections {
     closing: AtomicBool,
 }
 
+/// Why the connections to a node cannot be set up (its Host header, its TLS client): said when
+/// the pool is built or reloaded, naming the host (never the URL: it may hold a key).
+#[derive(Debug, thiserror::Error)]
+pub enum ConnError {
+    /// The authority (`host:port`) cannot be sent as a `Host` header.
+    #[error("{0:?} is not a valid Host header")]
+    HostHeader(String),
+    /// An `https://` host that is neither a DNS name nor an IP address.
+    #[error("{0:?} is not a name a TLS certificate can carry")]
+    TlsName(String),
+    /// A certificate of the upstream's `tls_ca_file` cannot be a trust anchor.
+    #[error("a tls_ca_file certificate is not a usable CA: {0}")]
+    TlsCa(rustls::Error),
+    /// rustls refused the client config (its protocol versions).
+    #[error("TLS: {0}")]
+    TlsConfig(rustls::Error),
+}
+
 /// A connection waiting for its next request, and since when.
 struct Idle {
     conn: Conn,
@@ -91,10 +109,10 @@ impl Connections {
         connect_timeout: Duration,
         max_idle: usize,
         idle_timeout: Duration,
-    ) -> Result<Connections, String> {
+    ) -> Result<Connections, ConnError> {
         let host = authority.as_str();
         if host.bytes().any(|b| !b.is_ascii_graphic()) {
-            return Err(format!("{host:?} is not a valid Host header"));
+            return Err(ConnError::HostHeader(host.to_string()));
         }
         let port = authority.port_u16().unwrap_or(80);
         Ok(Connections {
@@ -118,7 +136,7 @@ impl Connections {
         connect_timeout: Duration,
         max_idle: usize,
         idle_timeout: Duration,
-    ) -> Result<Connections, String> {
+    ) -> Result<Connections, ConnError> {
         let mut connections = Connections::new(authority, connect_timeout, max_idle, idle_timeout)?;
         let port = authority.port_u16().unwrap_or(443);
         connections.address = format!("{}:{port}", authority.host());

@@ -13,6 +13,7 @@ use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::client::TlsStream;
 
+use super::ConnError;
 use crate::upstream::health::Fault;
 
 /// The TLS side of an `https://` upstream, made once when the pool is built: the rustls client
@@ -36,23 +37,21 @@ impl TlsClient {
         upstream: &str,
         host: &str,
         extra_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
-    ) -> Result<TlsClient, String> {
+    ) -> Result<TlsClient, ConnError> {
         let bare = host.trim_start_matches('[').trim_end_matches(']');
         let server_name = rustls::pki_types::ServerName::try_from(bare.to_string())
-            .map_err(|_| format!("{host:?} is not a name a TLS certificate can carry"))?;
+            .map_err(|_| ConnError::TlsName(host.to_string()))?;
         let mut roots = rustls::RootCertStore {
             roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
         };
         for cert in extra_roots {
-            roots
-                .add(cert)
-                .map_err(|e| format!("a tls_ca_file certificate is not a usable CA: {e}"))?;
+            roots.add(cert).map_err(ConnError::TlsCa)?;
         }
         // The crate's one provider, passed explicitly: nothing process-wide needs installing.
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS: {e}"))?
+            .map_err(ConnError::TlsConfig)?
             .with_root_certificates(roots)
             .with_no_client_auth();
         config.alpn_protocols = vec![b"http/1.1".to_vec()];

@@ -71,8 +71,32 @@ pub(super) struct Head {
     pub(super) keep_alive: bool,
 }
 
+/// Why an answer's framing is refused: what is wrong, never the node's bytes (the status code
+/// aside). `io.rs` gives it to the caller as a [`super::SendError::Malformed`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(super) enum WireError {
+    /// The status line or a header is not HTTP/1.x (or there are more than 64 headers).
+    #[error("invalid HTTP answer: {0}")]
+    BadHead(httparse::Error),
+    /// A status code outside 100..=999 (a node's three digits below 100).
+    #[error("invalid HTTP status {0}")]
+    BadStatus(u16),
+    /// A `Content-Length` that is not a number of bytes.
+    #[error("invalid Content-Length")]
+    BadContentLength,
+    /// Two `Content-Length` headers that disagree.
+    #[error("conflicting Content-Length headers")]
+    ConflictingContentLength,
+    /// A transfer coding other than `chunked` (or none named).
+    #[error("unsupported Transfer-Encoding")]
+    UnsupportedTransferEncoding,
+    /// A chunk-size line that is not one, or that goes on past [`MAX_CHUNK_LINE`].
+    #[error("invalid chunk size in the answer")]
+    BadChunkSize,
+}
+
 /// Reads an answer's head from `buf`: `Ok(None)` while it is incomplete.
-pub(super) fn parse_head(buf: &[u8]) -> Result<Option<Head>, String> {
+pub(super) fn parse_head(buf: &[u8]) -> Result<Option<Head>, WireError> {
     // Uninitialised slots: a zeroed array of them costs more than parsing a node's short head.
     let mut slots = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
     let mut response = httparse::Response::new(&mut []);
@@ -84,10 +108,10 @@ pub(super) fn parse_head(buf: &[u8]) -> Result<Option<Head>, String> {
     let len = match parsed {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return Ok(None),
-        Err(e) => return Err(format!("invalid HTTP answer: {e}")),
+        Err(e) => return Err(WireError::BadHead(e)),
     };
     let code = response.code.unwrap_or(0);
-    let status = StatusCode::from_u16(code).map_err(|_| format!("invalid HTTP status {code}"))?;
+    let status = StatusCode::from_u16(code).map_err(|_| WireError::BadStatus(code))?;
     let mut keep_alive = response.version == Some(1);
     let mut length: Option<u64> = None;
     let mut chunked = false;
@@ -101,9 +125,9 @@ pub(super) fn parse_head(buf: &[u8]) -> Result<Option<Head>, String> {
                 .ok()
                 .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
                 .and_then(|v| v.parse::<u64>().ok())
-                .ok_or("invalid Content-Length")?;
+                .ok_or(WireError::BadContentLength)?;
             if length.is_some_and(|l| l != n) {
-                return Err("conflicting Content-Length headers".into());
+                return Err(WireError::ConflictingContentLength);
             }
             length = Some(n);
         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
@@ -118,7 +142,7 @@ pub(super) fn parse_head(buf: &[u8]) -> Result<Option<Head>, String> {
                 .peekable();
             let named = codings.peek().is_some();
             if !named || !codings.all(|coding| coding.eq_ignore_ascii_case(b"chunked")) {
-                return Err("unsupported Transfer-Encoding".into());
+                return Err(WireError::UnsupportedTransferEncoding);
             }
             chunked = true;
         } else if h.name.eq_ignore_ascii_case("connection") {
@@ -159,11 +183,11 @@ pub(super) fn parse_head(buf: &[u8]) -> Result<Option<Head>, String> {
 
 /// Reads the size line of a chunk at the start of `buf`: the line's length and the chunk's size.
 /// `Ok(None)` while the line is incomplete and shorter than [`MAX_CHUNK_LINE`].
-pub(super) fn chunk_size(buf: &[u8]) -> Result<Option<(usize, u64)>, String> {
+pub(super) fn chunk_size(buf: &[u8]) -> Result<Option<(usize, u64)>, WireError> {
     match httparse::parse_chunk_size(buf) {
         Ok(httparse::Status::Complete(found)) => Ok(Some(found)),
         Ok(httparse::Status::Partial) if buf.len() < MAX_CHUNK_LINE => Ok(None),
-        _ => Err("invalid chunk size in the answer".into()),
+        _ => Err(WireError::BadChunkSize),
     }
 }
 
@@ -238,6 +262,47 @@ mod tests {
             parse_head(b"HTTP/1.1 200 OK\r\nContent-"),
             Ok(None)
         ));
+    }
+
+    #[test]
+    fn refusals_say_what_is_wrong_in_the_words_of_the_log() {
+        let refusal = |text: &str| match parse_head(text.as_bytes()) {
+            Err(e) => (e, e.to_string()),
+            Ok(h) => panic!("{text:?} read as {h:?}"),
+        };
+        assert_eq!(
+            refusal("garbage\r\n\r\n"),
+            (
+                WireError::BadHead(httparse::Error::Version),
+                "invalid HTTP answer: invalid HTTP version".to_string()
+            )
+        );
+        assert_eq!(
+            refusal("HTTP/1.1 099 Odd\r\n\r\n"),
+            (WireError::BadStatus(99), "invalid HTTP status 99".into())
+        );
+        assert_eq!(
+            refusal("HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n"),
+            (WireError::BadContentLength, "invalid Content-Length".into())
+        );
+        assert_eq!(
+            refusal("HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"),
+            (
+                WireError::ConflictingContentLength,
+                "conflicting Content-Length headers".into()
+            )
+        );
+        assert_eq!(
+            refusal("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n"),
+            (
+                WireError::UnsupportedTransferEncoding,
+                "unsupported Transfer-Encoding".into()
+            )
+        );
+        assert_eq!(
+            chunk_size(b"zz\r\n").map_err(|e| e.to_string()),
+            Err("invalid chunk size in the answer".into())
+        );
     }
 
     #[test]
