@@ -79,6 +79,81 @@ async fn the_admin_listener_serves_the_operators_endpoints_and_the_public_port_h
     c.gateway.shutdown().await;
 }
 
+/// The admin listener runs a stack of its own: the node's health API is a call there as on the
+/// public port (decoded, counted by method), and nothing of the public port's CORS or gzip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_is_a_small_stack_of_its_own() {
+    let c = Cluster::start(1, Duration::from_secs(60), with_admin_listener).await;
+    let (public, admin) = (c.url(), c.gateway.admin_url().expect("an admin listener"));
+    let health = r#"{"jsonrpc":"2.0","method":"health.liveness","id":7}"#;
+    for base in [&public, &admin] {
+        let r = post(&format!("{base}/ext/health"), health).await;
+        assert_eq!(
+            (r.status, r.body.as_str()),
+            (
+                200,
+                "{\"jsonrpc\":\"2.0\",\"result\":{\"checks\":{},\"healthy\":true},\"id\":7}\n"
+            ),
+            "{base}"
+        );
+        assert!(r.header("x-cache").is_none(), "{:?}", r.headers);
+        let r = post(
+            &format!("{base}/ext/health"),
+            r#"{"jsonrpc":"2.0","method":"health.nope","id":1}"#,
+        )
+        .await;
+        assert!(
+            r.body.contains(r#"rpc: can't find method \"health.Nope\""#),
+            "{}",
+            r.body
+        );
+    }
+    // Counted like any call, by method, on both listeners.
+    let metrics = support::get_text(&format!("{admin}/metrics")).await;
+    let ok = support::fleet::metric(
+        &metrics,
+        r#"snowgate_requests_total{method="health.liveness",outcome="ok"}"#,
+    );
+    assert_eq!(ok, 2.0, "{metrics}");
+    // A preflight and a page from another origin: the public port answers as a node (open CORS);
+    // the admin listener has no CORS at all.
+    let preflight = |base: &str| {
+        client()
+            .request(reqwest::Method::OPTIONS, format!("{base}/ext/health"))
+            .header("origin", "https://evil.example")
+            .header("access-control-request-method", "POST")
+            .send()
+    };
+    let open = preflight(&public).await.unwrap();
+    assert!(open.headers().get("access-control-allow-origin").is_some());
+    let closed = preflight(&admin).await.unwrap();
+    assert!(
+        closed
+            .headers()
+            .get("access-control-allow-origin")
+            .is_none(),
+        "{:?}",
+        closed.headers()
+    );
+    let page = client()
+        .get(format!("{admin}/metrics"))
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    assert!(
+        page.headers().get("content-encoding").is_none(),
+        "{:?}",
+        page.headers()
+    );
+    assert!(
+        page.text().await.unwrap().len() > 1024,
+        "big enough to be compressed on the public port"
+    );
+    c.gateway.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_an_admin_listener_the_operators_pages_need_the_key() {
     let c = Cluster::start(1, Duration::from_secs(60), |_| {}).await;
