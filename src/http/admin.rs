@@ -107,9 +107,9 @@ pub struct Asker {
     pub admin_listener: bool,
     /// It presents an admin key.
     pub key: bool,
-    /// It names the host by an address or `localhost` ([`local_host`]).
+    /// It names the host by an address or `localhost` (`local_host`).
     pub local_name: bool,
-    /// It comes from no web page, or from one of the listener's own origin ([`same_origin`]).
+    /// It comes from no web page, or from one of the listener's own origin (`same_origin`).
     pub same_origin: bool,
 }
 
