@@ -179,6 +179,10 @@ pub enum ProxyError {
     /// Every usable upstream is at its concurrency limit until the deadline.
     #[error("upstreams are at their concurrency limit")]
     Overloaded,
+    /// Every node that could take the call is on hold: each throttled (HTTP 429, or 503 with
+    /// `Retry-After`); the wait is the soonest end of a hold, in whole seconds.
+    #[error("upstreams are throttling requests: retry after {retry_after_secs}s")]
+    UpstreamsThrottled { retry_after_secs: u64 },
     /// The upstream did not answer in time.
     #[error("upstream {upstream} timed out")]
     UpstreamTimeout { upstream: String },
@@ -229,6 +233,7 @@ impl ProxyError {
             QuotaUnavailable
             | Overloaded
             | NoHealthyUpstream
+            | UpstreamsThrottled { .. }
             | UpstreamTimeout { .. }
             | UpstreamUnavailable { .. }
             | BadUpstreamAnswer { .. }
@@ -266,6 +271,7 @@ impl ProxyError {
             NoHealthyUpstream
             | Overloaded
             | QuotaUnavailable
+            | UpstreamsThrottled { .. }
             | ConnectionLimit { .. }
             | AnswersUnread => StatusCode::SERVICE_UNAVAILABLE,
             BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
@@ -285,9 +291,10 @@ impl ProxyError {
             | PurgeFailed(_)
             | ReloadFailed(_)
             | ConnectionLimit { per_address: false } => Blame::Proxy,
-            UpstreamTimeout { .. } | UpstreamUnavailable { .. } | BadUpstreamAnswer { .. } => {
-                Blame::Upstream
-            }
+            UpstreamTimeout { .. }
+            | UpstreamUnavailable { .. }
+            | BadUpstreamAnswer { .. }
+            | UpstreamsThrottled { .. } => Blame::Upstream,
             NotFound
             | PostRequired(_)
             | WrongHttpMethod { .. }
@@ -353,10 +360,20 @@ impl ProxyError {
             RateLimited { .. } => call("rate_limited"),
             QuotaUnavailable => call("quota_unavailable"),
             NoHealthyUpstream => call("no_upstream"),
+            UpstreamsThrottled { .. } => call("upstream_throttled"),
             Overloaded => call("overloaded"),
             UpstreamTimeout { .. } => call("upstream_timeout"),
             UpstreamUnavailable { .. } => call("upstream_unavailable"),
             BadUpstreamAnswer { .. } => call("bad_upstream_answer"),
+        }
+    }
+
+    /// The answer's `Retry-After`, in whole seconds: over quota, or every node throttling.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            ProxyError::RateLimited { retry_after_secs }
+            | ProxyError::UpstreamsThrottled { retry_after_secs } => Some(*retry_after_secs),
+            _ => None,
         }
     }
 
@@ -406,10 +423,10 @@ impl ProxyError {
             "text/plain; charset=utf-8"
         };
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        if let Some(secs) = self.retry_after() {
+            h.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         match self {
-            ProxyError::RateLimited { retry_after_secs } => {
-                h.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
-            }
             ProxyError::Unauthorized => {
                 h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
@@ -512,6 +529,9 @@ mod tests {
             },
             QuotaUnavailable,
             NoHealthyUpstream,
+            UpstreamsThrottled {
+                retry_after_secs: 3,
+            },
             Overloaded,
             UpstreamTimeout {
                 upstream: "node-a".into(),
@@ -559,6 +579,7 @@ mod tests {
                 | RateLimited { .. }
                 | QuotaUnavailable
                 | NoHealthyUpstream
+                | UpstreamsThrottled { .. }
                 | Overloaded
                 | UpstreamTimeout { .. }
                 | UpstreamUnavailable { .. }

@@ -152,6 +152,8 @@ fn report(status: &crate::upstream::PoolStatus, redis: Option<bool>, now: &str) 
     for u in &status.upstreams {
         let error = if u.takes_traffic {
             None
+        } else if u.throttled {
+            Some("throttled".into())
         } else if !u.healthy {
             Some(u.last_error.clone().unwrap_or_else(|| "unhealthy".into()))
         } else if u.implausible_height {
@@ -231,6 +233,7 @@ mod tests {
             height: Some(7),
             in_flight: 0,
             cordoned: false,
+            throttled: false,
             last_error: last_error.map(str::to_string),
             network_id: Some(1),
             network_mismatch: false,

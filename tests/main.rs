@@ -44,6 +44,7 @@ mod pool_hardening;
 mod private_methods;
 mod protect;
 mod provider_upstream;
+mod providers;
 mod proxies;
 mod quota_script;
 mod reload;

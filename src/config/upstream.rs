@@ -486,6 +486,9 @@ pub struct HealthConfig {
     /// invalid answers; never timeouts) before an upstream is taken out between two checks, as
     /// Envoy's consecutive-errors outlier detection. One valid answer starts the count again.
     pub passive_failures: u32,
+    /// The longest a node that throttles (HTTP 429, or 503 with `Retry-After`) is left alone for:
+    /// its `Retry-After`, at most this (1 s when it gives none).
+    pub max_hold_off: Duration,
 }
 
 impl Default for HealthConfig {
@@ -509,6 +512,8 @@ struct HealthFile {
     failure_threshold: u32,
     recovery_threshold: u32,
     passive_failures: u32,
+    #[serde(with = "super::duration")]
+    max_hold_off: Duration,
 }
 
 impl Default for HealthFile {
@@ -520,6 +525,7 @@ impl Default for HealthFile {
             failure_threshold: 2,
             recovery_threshold: 2,
             passive_failures: 5,
+            max_hold_off: Duration::from_secs(60),
         }
     }
 }
@@ -535,6 +541,7 @@ impl From<HealthFile> for HealthConfig {
             failure_threshold: file.failure_threshold,
             recovery_threshold: file.recovery_threshold,
             passive_failures: file.passive_failures,
+            max_hold_off: file.max_hold_off,
         }
     }
 }
@@ -561,6 +568,9 @@ impl HealthConfig {
         }
         if self.passive_failures == 0 {
             return invalid("health.passive_failures", "must be at least 1");
+        }
+        if self.max_hold_off < Duration::from_secs(1) {
+            return invalid("health.max_hold_off", "must be at least 1s");
         }
         Ok(())
     }

@@ -57,6 +57,13 @@ pub struct DevnodeArgs {
     /// Fault: fraction of requests whose connection is closed without an answer (0 to 1).
     #[arg(long, default_value_t = 0.0, value_parser = fraction)]
     pub drop_rate: f64,
+    /// Fault: fraction of requests refused with HTTP 429, as a provider over its plan's rate
+    /// (0 to 1).
+    #[arg(long, default_value_t = 0.0, value_parser = fraction)]
+    pub throttle_rate: f64,
+    /// Fault: the `Retry-After` of those 429s (e.g. "5s"); none: left out.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub retry_after: Option<Duration>,
     /// Fault: start frozen (a lagging node: its height stops until unfrozen).
     #[arg(long)]
     pub frozen: bool,
@@ -86,6 +93,8 @@ impl DevnodeArgs {
                 jitter: self.jitter,
                 error_rate: self.error_rate,
                 drop_rate: self.drop_rate,
+                throttle_rate: self.throttle_rate,
+                retry_after: self.retry_after,
                 hang: false,
                 frozen: self.frozen,
                 bootstrapping: self.bootstrapping,

@@ -174,10 +174,7 @@ impl Outcome {
         Outcome {
             body: Some(e.body(id).into()),
             status: e.status(),
-            retry_after: match e {
-                ProxyError::RateLimited { retry_after_secs } => Some(*retry_after_secs),
-                _ => None,
-            },
+            retry_after: e.retry_after(),
             cache: None,
             method: None,
             upstream: None,

@@ -262,6 +262,12 @@ fn state(u: &UpstreamStatus, best: u64) -> (&'static str, Option<String>) {
         };
         return ("cordoned", Some(why));
     }
+    if u.throttled {
+        return (
+            "throttled",
+            Some("asked to be left alone (HTTP 429)".to_string()),
+        );
+    }
     if u.network_mismatch {
         let why = match u.network_id {
             Some(n) => format!("network {n}"),

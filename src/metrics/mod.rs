@@ -50,6 +50,8 @@ pub struct Metrics {
     pub upstream_in_flight: IntGaugeVec,
     /// 1 while an admin has the upstream cordoned (it takes no new calls).
     pub upstream_cordoned: IntGaugeVec,
+    /// 1 while the upstream is on hold because it throttled (HTTP 429, or 503 with `Retry-After`).
+    pub upstream_throttled: IntGaugeVec,
     /// Changes of an upstream's state, by the state it went to and why (as logged).
     pub upstream_state_changes: IntCounterVec,
     /// Best accepted height in the pool.
@@ -254,6 +256,14 @@ impl Metrics {
             &["upstream"],
         )
         .expect("static metric definition is valid");
+        let upstream_throttled = IntGaugeVec::new(
+            Opts::new(
+                "snowgate_upstream_throttled",
+                "1 while the upstream is on hold because it throttled (HTTP 429, or 503 with Retry-After), else 0",
+            ),
+            &["upstream"],
+        )
+        .expect("static metric definition is valid");
         let best_height = IntGauge::new("snowgate_best_height", "Best P-chain height in the pool")
             .expect("static metric definition is valid");
         let body_buffered = IntGauge::new(
@@ -441,6 +451,7 @@ impl Metrics {
             Box::new(upstream_height.clone()),
             Box::new(upstream_in_flight.clone()),
             Box::new(upstream_cordoned.clone()),
+            Box::new(upstream_throttled.clone()),
             Box::new(upstream_state_changes.clone()),
             Box::new(best_height.clone()),
             Box::new(body_buffered.clone()),
@@ -526,6 +537,7 @@ impl Metrics {
             upstream_network_mismatch,
             upstream_in_flight,
             upstream_cordoned,
+            upstream_throttled,
             upstream_state_changes,
             best_height,
             body_buffered,

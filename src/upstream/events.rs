@@ -44,6 +44,8 @@ pub(super) enum NodeEvent {
     Cordoned,
     /// An admin lifted its cordon.
     Uncordoned,
+    /// It throttled (HTTP 429, or 503 with `Retry-After`): on hold this long, never ejected for it.
+    Throttled { hold_ms: u64 },
 }
 
 /// What took a node out.
@@ -70,6 +72,7 @@ impl NodeEvent {
             NodeEvent::Removed => "removed",
             NodeEvent::Cordoned => "cordoned",
             NodeEvent::Uncordoned => "uncordoned",
+            NodeEvent::Throttled { .. } => "throttled",
         }
     }
 
@@ -84,6 +87,7 @@ impl NodeEvent {
             NodeEvent::NetworkMismatch { .. } | NodeEvent::NetworkUnknown => "network".into(),
             NodeEvent::Added | NodeEvent::Replaced | NodeEvent::Removed => "reload".into(),
             NodeEvent::Cordoned | NodeEvent::Uncordoned => "admin".into(),
+            NodeEvent::Throttled { .. } => "retry_after".into(),
         }
     }
 
@@ -117,6 +121,9 @@ impl NodeEvent {
             NodeEvent::Removed => format!("{upstream} removed by a reload"),
             NodeEvent::Cordoned => format!("{upstream} cordoned: no new calls"),
             NodeEvent::Uncordoned => format!("{upstream} uncordoned"),
+            NodeEvent::Throttled { hold_ms } => {
+                format!("{upstream} throttled: no calls for {hold_ms} ms")
+            }
         }
     }
 }
@@ -171,6 +178,9 @@ pub(super) fn report(metrics: &Metrics, upstream: &str, event: NodeEvent) {
         }
         NodeEvent::NetworkUnknown => {
             tracing::warn!(upstream = %upstream, state = %state, reason, "upstream state changed")
+        }
+        NodeEvent::Throttled { hold_ms } => {
+            tracing::warn!(upstream = %upstream, state = %state, reason, hold_ms, "upstream state changed")
         }
         NodeEvent::Added
         | NodeEvent::Replaced

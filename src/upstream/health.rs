@@ -48,6 +48,9 @@ pub enum Fault {
     /// The request for the node could not be built (its path is not valid): snowgate's fault,
     /// found before any connection was opened.
     InvalidRequest,
+    /// HTTP 429, or 503 with `Retry-After`: the node (a provider over its plan's rate) asks to be
+    /// left alone for a while. Not a failure: it is put on hold ([`HealthState::hold`]).
+    Throttled,
 }
 
 impl fmt::Display for Fault {
@@ -68,6 +71,7 @@ impl fmt::Display for Fault {
             Fault::NotBootstrapped => f.write_str("not bootstrapped"),
             Fault::NetworkUnknown => f.write_str("network unknown"),
             Fault::InvalidRequest => f.write_str("invalid request path"),
+            Fault::Throttled => f.write_str("throttled"),
         }
     }
 }
@@ -88,7 +92,7 @@ impl Fault {
     pub fn counts_against_node(self) -> bool {
         !matches!(
             self,
-            Fault::Timeout | Fault::TooLarge(_) | Fault::InvalidRequest
+            Fault::Timeout | Fault::TooLarge(_) | Fault::InvalidRequest | Fault::Throttled
         ) && !self.refuses_the_size()
     }
 
@@ -116,6 +120,8 @@ pub(crate) enum Check {
     Answered { bootstrapped: bool, height: u64 },
     /// A call failed, timed out or answered garbage.
     Failed(Fault),
+    /// The node throttled a call: it asks to be left alone this long (before any cap).
+    Throttled(std::time::Duration),
 }
 
 /// Thresholds of the hysteresis.
@@ -150,6 +156,9 @@ pub(crate) struct HealthState {
     pub(crate) network_unknown: bool,
     /// Healthy but behind the pool's heights at the last judgement (kept to log the change once).
     pub(crate) lagging: bool,
+    /// It throttled a call or a check: it takes no calls and is not checked until then, and is
+    /// never judged for it ([`Fault::Throttled`]).
+    pub(crate) held_until: Option<std::time::Instant>,
 }
 
 impl HealthState {
@@ -157,12 +166,32 @@ impl HealthState {
     pub(crate) fn network_ok(&self) -> bool {
         !self.network_mismatch && !self.network_unknown
     }
+
+    /// Whether it is on hold at `now` (it throttled).
+    pub(crate) fn held(&self, now: std::time::Instant) -> bool {
+        self.held_until.is_some_and(|until| until > now)
+    }
+
+    /// Puts it on hold until `until` (a later hold than one in force extends it; an earlier one
+    /// changes nothing). Returns whether it was not on hold at `now` (a new throttling, reported
+    /// once).
+    pub(crate) fn hold(&mut self, until: std::time::Instant, now: std::time::Instant) -> bool {
+        let new = !self.held(now);
+        if self.held_until.map_or(true, |held| held < until) {
+            self.held_until = Some(until);
+        }
+        new
+    }
 }
 
 impl HealthState {
     /// Folds in one active check. The very first good check makes a node healthy at once (so a
     /// fresh gateway serves immediately); afterwards the thresholds apply.
     pub(crate) fn record(&mut self, check: Check, t: Thresholds) {
+        // A throttled check says nothing of the node's health (the pool holds it instead).
+        if matches!(check, Check::Throttled(_)) {
+            return;
+        }
         let first = !self.checked;
         self.checked = true;
         match check {
@@ -185,6 +214,7 @@ impl HealthState {
                     self.healthy = true;
                 }
             }
+            Check::Throttled(_) => {}
             Check::Failed(fault) => {
                 self.last_error = Some(fault);
                 self.fail();
@@ -324,6 +354,30 @@ mod tests {
             bootstrapped: true,
             height: h,
         }
+    }
+
+    #[test]
+    fn a_hold_is_no_failure_and_only_a_later_one_extends_it() {
+        use std::time::{Duration, Instant};
+        let mut s = HealthState::default();
+        s.record(ok(5), T);
+        let now = Instant::now();
+        assert!(s.hold(now + Duration::from_secs(10), now), "a new hold");
+        assert!(!s.hold(now + Duration::from_secs(5), now), "already held");
+        assert_eq!(s.held_until, Some(now + Duration::from_secs(10)));
+        assert!(!s.hold(now + Duration::from_secs(20), now));
+        assert_eq!(s.held_until, Some(now + Duration::from_secs(20)));
+        assert!(s.held(now) && !s.held(now + Duration::from_secs(20)));
+        // Throttled checks and requests change nothing of its health.
+        for _ in 0..10 {
+            s.record(Check::Throttled(Duration::from_secs(1)), T);
+            assert!(!s.passive_failure(Fault::Throttled, 1));
+        }
+        assert!(s.healthy && s.fail_streak == 0 && s.passive_streak == 0);
+        assert!(
+            s.hold(now + Duration::from_secs(30), now + Duration::from_secs(25)),
+            "held again after it ended"
+        );
     }
 
     #[test]

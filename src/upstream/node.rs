@@ -28,13 +28,20 @@ use crate::metrics::Metrics;
 pub(super) struct AttemptError {
     pub(super) fault: Fault,
     pub(super) detail: String,
+    /// A throttled attempt's wait: the node's `Retry-After` (1 s when it gave none or one that
+    /// cannot be read), before `[health] max_hold_off` caps it.
+    pub(super) wait: Option<Duration>,
 }
+
+/// The hold of a node that throttles without saying for how long.
+pub(super) const DEFAULT_HOLD: Duration = Duration::from_secs(1);
 
 impl AttemptError {
     pub(super) fn new(fault: Fault, detail: impl Into<String>) -> AttemptError {
         AttemptError {
             fault,
             detail: detail.into(),
+            wait: None,
         }
     }
 
@@ -65,6 +72,7 @@ impl AttemptError {
             | Fault::NotBootstrapped
             | Fault::NetworkUnknown => "bad_answer",
             Fault::InvalidRequest => "invalid_request",
+            Fault::Throttled => "throttled",
         }
     }
 
@@ -73,6 +81,9 @@ impl AttemptError {
         let upstream = upstream.to_string();
         match self.fault {
             Fault::Timeout => ProxyError::UpstreamTimeout { upstream },
+            Fault::Throttled => ProxyError::UpstreamsThrottled {
+                retry_after_secs: self.wait.unwrap_or(DEFAULT_HOLD).as_secs().max(1),
+            },
             // The request's size is at fault, not the node: the caller's error.
             fault if fault.refuses_the_body() => ProxyError::RefusedAsTooLarge { upstream },
             Fault::BadAnswer | Fault::TooLarge(_) | Fault::InvalidHttp => {
@@ -168,6 +179,7 @@ pub(super) struct UpstreamMetrics {
     pub(super) healthy: prometheus::IntGauge,
     pub(super) requests: crate::metrics::CounterTable,
     pub(super) cordoned: prometheus::IntGauge,
+    pub(super) throttled: prometheus::IntGauge,
 }
 
 /// The values of the `outcome` label of `snowgate_upstream_requests_total`.
@@ -181,6 +193,7 @@ const UPSTREAM_OUTCOMES: &[&str] = &[
     "http_error",
     "bad_answer",
     "invalid_request",
+    "throttled",
 ];
 
 impl UpstreamMetrics {
@@ -190,6 +203,7 @@ impl UpstreamMetrics {
             latency: metrics.upstream_latency.with_label_values(&[name]),
             healthy: metrics.upstream_healthy.with_label_values(&[name]),
             cordoned: metrics.upstream_cordoned.with_label_values(&[name]),
+            throttled: metrics.upstream_throttled.with_label_values(&[name]),
             requests: crate::metrics::CounterTable::new(
                 metrics.upstream_requests.clone(),
                 1,
@@ -343,6 +357,19 @@ impl Upstream {
         if reply.status != StatusCode::OK {
             // The body is not kept: a node may echo the request, and with it a password.
             let status = reply.status.as_u16();
+            // A provider over its plan's rate: held, not failed (503 only when it says for how
+            // long: a 503 alone is a node that cannot serve).
+            if status == 429 || (status == 503 && reply.retry_after.is_some()) {
+                let wait = match reply.retry_after {
+                    Some(conn::RetryAfter::Seconds(s)) => Duration::from_secs(s.max(1)),
+                    _ => DEFAULT_HOLD,
+                };
+                return Err(AttemptError {
+                    fault: Fault::Throttled,
+                    detail: format!("HTTP status {status}"),
+                    wait: Some(wait),
+                });
+            }
             let fault = if status == 413 && body.len() < super::health::SMALL_BODY {
                 Fault::RefusedSmallBody
             } else {

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use super::answer;
 use super::events::{self, Cause, NodeEvent};
 use super::health::{self, Fault, HealthState, Heights};
-use super::node::{answer_from, upstream_id, AttemptError, Upstream, UpstreamError};
+use super::node::{answer_from, upstream_id, AttemptError, Upstream, UpstreamError, DEFAULT_HOLD};
 use super::select::{self, Choice, NodeView};
 use crate::call::{Answer, AnswerKind, CacheStatus, RpcCall};
 use crate::config::{ForwardConfig, HealthConfig, LimitsConfig, UpstreamConfig};
@@ -301,6 +301,7 @@ impl Pool {
     /// identity), one vector.
     fn views(members: &Members, tried: &[usize], spec: &MethodSpec) -> Vec<NodeView> {
         let versioned = spec.served.is_versioned();
+        let now = std::time::Instant::now();
         members
             .upstreams
             .iter()
@@ -308,7 +309,7 @@ impl Pool {
             .map(|(i, u)| {
                 let (healthy, height) = {
                     let s = u.state.lock();
-                    (s.healthy && s.network_ok(), s.height)
+                    (s.healthy && s.network_ok() && !s.held(now), s.height)
                 };
                 let healthy = healthy && !u.cordoned.load(Ordering::Relaxed);
                 // A version that is not a release number is as good as unknown: serving.
@@ -374,6 +375,10 @@ impl Pool {
         handles.requests.inc(0, &[&upstream.name], outcome);
         match &result {
             Ok(_) => upstream.state.lock().passive_success(),
+            Err(e) if e.fault == Fault::Throttled => {
+                // Throttled is not down: held, never counted against it (see `Pool::hold`).
+                self.hold(upstream, e.wait.unwrap_or(DEFAULT_HOLD), &members.health);
+            }
             Err(e) if e.fault.refuses_the_body() => {
                 // The caller's doing, so at debug (a client must not be able to flood the log),
                 // and not held against the node.
@@ -498,7 +503,8 @@ impl Pool {
                     return Ok(answer);
                 }
                 Err(e) => {
-                    let never_left = e.never_left();
+                    // A throttled node refused the call before doing anything with it.
+                    let never_left = e.never_left() || e.fault == Fault::Throttled;
                     // Refused for its body: so would the next node be (see `Fault::refuses_the_body`).
                     let final_answer = e.fault.refuses_the_body();
                     let err = e.into_proxy_error(&upstream.name);
@@ -512,7 +518,52 @@ impl Pool {
         if let Some(answer) = last_not_found {
             return Ok(answer);
         }
-        Err(last_error.unwrap_or(ProxyError::NoHealthyUpstream))
+        Err(last_error.unwrap_or_else(|| self.no_node(members)))
+    }
+
+    /// Why no node could take a call: every node that otherwise would is on hold (the soonest
+    /// end of a hold is the client's `Retry-After`), or none is healthy.
+    fn no_node(&self, members: &Members) -> ProxyError {
+        let now = std::time::Instant::now();
+        let soonest = members
+            .upstreams
+            .iter()
+            .filter(|u| !u.cordoned.load(Ordering::Relaxed))
+            .filter_map(|u| {
+                let s = u.state.lock();
+                (s.healthy && s.network_ok() && s.held(now))
+                    .then_some(s.held_until)
+                    .flatten()
+            })
+            .min();
+        match soonest {
+            Some(until) => ProxyError::UpstreamsThrottled {
+                retry_after_secs: until
+                    .saturating_duration_since(now)
+                    .as_secs_f64()
+                    .ceil()
+                    .max(1.0) as u64,
+            },
+            None => ProxyError::NoHealthyUpstream,
+        }
+    }
+
+    /// Puts a node that throttled on hold for `wait` (at most `[health] max_hold_off`): it takes
+    /// no calls and is not checked until then, and is never ejected or counted as failing for it.
+    /// A new hold is one state change (log line, count, the status page's events).
+    pub(super) fn hold(&self, upstream: &Upstream, wait: Duration, health: &HealthConfig) {
+        let now = std::time::Instant::now();
+        let wait = wait.min(health.max_hold_off);
+        let new = upstream.state.lock().hold(now + wait, now);
+        upstream.metrics.throttled.set(1);
+        if new {
+            let hold_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+            events::report(
+                &self.metrics,
+                &upstream.name,
+                NodeEvent::Throttled { hold_ms },
+            );
+        }
     }
 
     /// The time one attempt of `call` may take: the method's own `timeout`, else

@@ -45,6 +45,11 @@ impl Pool {
                     Some(pool) => pool.members().health.interval,
                     None => return,
                 };
+                // A node on hold is checked when its hold ends, not before.
+                let every = match upstream.state.lock().held_until {
+                    Some(until) => every.min(until.saturating_duration_since(Instant::now())),
+                    None => every,
+                };
                 if *retired.borrow() {
                     return;
                 }
@@ -86,7 +91,16 @@ impl Pool {
     /// One active check of `upstream` with the settings of `members`.
     pub(super) async fn check_with(&self, upstream: &Upstream, members: &Members) {
         let health = &members.health;
+        // On hold: it asked to be left alone (see `Pool::hold`).
+        if upstream.state.lock().held(Instant::now()) {
+            return;
+        }
+        upstream.metrics.throttled.set(0);
         let check = self.run_check(upstream, health.timeout).await;
+        if let Check::Throttled(wait) = check {
+            self.hold(upstream, wait, health);
+            return;
+        }
         // Its network and version: when it joins (before it takes traffic), after it comes back
         // (a node taken out forgets when it was asked, below), and every few minutes. Not at
         // every check of a node that answers but is not healthy (bootstrapping, behind).
@@ -174,6 +188,16 @@ impl Pool {
                 max
             ),
         );
+        // Throttled is not down: the node is held, not judged.
+        let throttled = [&boot, &height]
+            .into_iter()
+            .filter_map(|r| r.as_ref().err())
+            .filter(|e| e.fault == Fault::Throttled)
+            .map(|e| e.wait.unwrap_or(super::node::DEFAULT_HOLD))
+            .max();
+        if let Some(wait) = throttled {
+            return Check::Throttled(wait);
+        }
         let failed = |call: &str, e: AttemptError| {
             tracing::debug!(upstream = %upstream.name, call, fault = %e.fault, detail = %e.detail, "health check failed");
             Check::Failed(e.fault)

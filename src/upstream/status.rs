@@ -38,6 +38,9 @@ pub struct UpstreamStatus {
     /// An admin cordoned it: it takes no new calls.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub cordoned: bool,
+    /// On hold because it throttled (HTTP 429, or 503 with `Retry-After`): no calls until then.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub throttled: bool,
     /// Why its last check or request failed: a fixed category (`connect refused`, `timeout`,
     /// `http 500`, `bad answer`, `not bootstrapped`, ...), never an address or a body.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -64,6 +67,7 @@ impl Pool {
 
     /// The pool's state for `/ext/health`.
     pub fn status(&self) -> PoolStatus {
+        let now = std::time::Instant::now();
         let upstreams: Vec<UpstreamStatus> = self
             .members()
             .upstreams
@@ -72,11 +76,12 @@ impl Pool {
                 let s = u.snapshot();
                 let identity = u.identity.lock().clone();
                 let cordoned = u.cordoned.load(Ordering::Relaxed);
+                let throttled = s.held(now);
                 UpstreamStatus {
                     name: u.name.to_string(),
                     role: u.fallback.then_some("fallback"),
                     healthy: s.healthy,
-                    takes_traffic: self.takes_traffic(&s) && !cordoned,
+                    takes_traffic: self.takes_traffic(&s) && !cordoned && !throttled,
                     implausible_height: self.heights().implausible(s.height),
                     bootstrapped: s.bootstrapped,
                     height: s.height,
@@ -85,6 +90,7 @@ impl Pool {
                     version: identity.version,
                     in_flight: u.in_flight.load(Ordering::Relaxed),
                     cordoned,
+                    throttled,
                     // A node that answers but is kept out for its network says so (one that
                     // fails its checks says why it fails).
                     last_error: match (s.last_error, s.network_unknown) {

@@ -30,6 +30,12 @@ pub struct Faults {
     pub error_rate: f64,
     /// Fraction of requests whose connection is closed without an answer.
     pub drop_rate: f64,
+    /// Fraction of requests refused with HTTP 429 (`Too Many Requests`), as a provider's proxy
+    /// refuses a plan's rate, before the node sees them.
+    pub throttle_rate: f64,
+    /// `Retry-After` of those 429s, in whole seconds (`"30s"`); none: the header is left out.
+    #[serde(with = "humantime_serde::option")]
+    pub retry_after: Option<Duration>,
     /// Requests are held without an answer until `hang` is cleared (or the node goes down or is
     /// dropped, which closes their connections).
     pub hang: bool,
@@ -47,6 +53,7 @@ impl Faults {
         for (name, rate) in [
             ("error_rate", self.error_rate),
             ("drop_rate", self.drop_rate),
+            ("throttle_rate", self.throttle_rate),
         ] {
             if !(0.0..=1.0).contains(&rate) {
                 return Err(format!("{name} must be between 0 and 1, got {rate}"));
@@ -61,6 +68,7 @@ impl Faults {
             || !self.jitter.is_zero()
             || self.error_rate > 0.0
             || self.drop_rate > 0.0
+            || self.throttle_rate > 0.0
             || self.hang
     }
 
@@ -91,6 +99,8 @@ pub enum Injected {
     Error,
     /// Close the connection without an answer.
     Drop,
+    /// Answer HTTP 429, with this `Retry-After` if any.
+    Throttle(Option<Duration>),
 }
 
 /// `frozen_at` when the node is not frozen.
@@ -104,6 +114,8 @@ pub struct FaultState {
     frozen_at: AtomicU64,
     /// Serialises updates so the atomics and `current` change together.
     update: parking_lot::Mutex<()>,
+    /// Requests answered 429 so far.
+    throttled: AtomicU64,
 }
 
 impl Default for FaultState {
@@ -115,6 +127,7 @@ impl Default for FaultState {
             bootstrapping: AtomicBool::new(false),
             frozen_at: AtomicU64::new(NOT_FROZEN),
             update: parking_lot::Mutex::new(()),
+            throttled: AtomicU64::new(0),
         }
     }
 }
@@ -138,6 +151,11 @@ impl FaultState {
             .store(faults.per_request(), Ordering::Release);
         // Wakes hung requests when `hang` is cleared.
         self.current.send_replace(faults);
+    }
+
+    /// Requests answered 429 so far (`throttle_rate`).
+    pub fn throttled(&self) -> u64 {
+        self.throttled.load(Ordering::Relaxed)
     }
 
     /// The faults in force.
@@ -182,6 +200,9 @@ impl FaultState {
         }
         if roll(faults.drop_rate) {
             Injected::Drop
+        } else if roll(faults.throttle_rate) {
+            self.throttled.fetch_add(1, Ordering::Relaxed);
+            Injected::Throttle(faults.retry_after)
         } else if roll(faults.error_rate) {
             Injected::Error
         } else {
@@ -227,7 +248,7 @@ mod tests {
         let text = serde_json::to_string(&Faults::default()).unwrap();
         assert_eq!(
             text,
-            r#"{"latency":"0s","jitter":"0s","error_rate":0.0,"drop_rate":0.0,"hang":false,"frozen":false,"bootstrapping":false}"#
+            r#"{"latency":"0s","jitter":"0s","error_rate":0.0,"drop_rate":0.0,"throttle_rate":0.0,"retry_after":null,"hang":false,"frozen":false,"bootstrapping":false}"#
         );
     }
 

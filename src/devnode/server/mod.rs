@@ -327,6 +327,12 @@ impl Control {
         self.node.calls.get(method)
     }
 
+    /// Requests answered 429 by the `throttle_rate` fault so far (they never reach the node's
+    /// methods, so they are not in [`DevNode::calls`]).
+    pub fn throttled_count(&self) -> u64 {
+        self.node.faults.throttled()
+    }
+
     /// All calls so far.
     pub fn total_calls(&self) -> u64 {
         self.node.calls.total()
@@ -480,6 +486,15 @@ async fn handle(node: Arc<NodeState>, req: Request<Incoming>) -> Result<Resp, Dr
                     "devnode: injected fault\n",
                 );
                 Cors::NODE.decorate(resp.headers_mut(), false);
+                resp
+            }
+            Injected::Throttle(wait) => {
+                let mut resp =
+                    reply::rpc_error(StatusCode::TOO_MANY_REQUESTS, "devnode: throttled\n");
+                if let Some(wait) = wait {
+                    resp.headers_mut()
+                        .insert(http::header::RETRY_AFTER, HeaderValue::from(wait.as_secs()));
+                }
                 resp
             }
         }

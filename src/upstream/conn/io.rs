@@ -31,6 +31,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::tls::TlsClient;
+pub use super::wire::RetryAfter;
 use super::wire::{chunk_size, parse_head, Framing, MAX_HEAD};
 use crate::upstream::health::Fault;
 
@@ -60,6 +61,8 @@ pub enum SendError {
 pub struct Reply {
     pub status: StatusCode,
     pub body: Bytes,
+    /// The answer's `Retry-After`, when it has one.
+    pub retry_after: Option<RetryAfter>,
 }
 
 /// What a read asks the socket for at least.
@@ -474,6 +477,7 @@ impl ConnIo<'_> {
             Reply {
                 status: head.status,
                 body,
+                retry_after: head.retry_after,
             },
             reusable,
         ))

@@ -54,7 +54,7 @@ mod tls;
 mod wire;
 
 use io::{Conn, Failure};
-pub use io::{Reply, SendError};
+pub use io::{Reply, RetryAfter, SendError};
 pub use tls::TlsClient;
 
 /// The idle connections to one node and how to open more.

@@ -69,6 +69,42 @@ pub(super) struct Head {
     pub(super) framing: Framing,
     /// The connection may carry another request after this answer.
     pub(super) keep_alive: bool,
+    /// `Retry-After` (RFC 9110 §10.2.3), when present and readable: how long the node asks to be
+    /// left alone (a throttling provider's 429 or 503).
+    pub(super) retry_after: Option<RetryAfter>,
+}
+
+/// A `Retry-After` value as sent: a number of seconds, or a date (seconds from when it was read;
+/// a date past counts as zero).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryAfter {
+    Seconds(u64),
+    /// Not a value snowgate can read (the header is there all the same).
+    Unreadable,
+}
+
+/// Reads a `Retry-After` value: delay-seconds, or an HTTP-date (as seconds from now).
+fn retry_after(value: &[u8]) -> RetryAfter {
+    let value = value.trim_ascii();
+    if !value.is_empty() && value.iter().all(u8::is_ascii_digit) {
+        // A number too long for u64 is a very long wait: the caller caps it anyway.
+        return RetryAfter::Seconds(
+            std::str::from_utf8(value)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(u64::MAX),
+        );
+    }
+    let date = std::str::from_utf8(value)
+        .ok()
+        .and_then(|v| httpdate::parse_http_date(v).ok());
+    match date {
+        Some(at) => RetryAfter::Seconds(
+            at.duration_since(std::time::SystemTime::now())
+                .map_or(0, |d| d.as_secs()),
+        ),
+        None => RetryAfter::Unreadable,
+    }
 }
 
 /// Why an answer's framing is refused: what is wrong, never the node's bytes (the status code
@@ -115,9 +151,14 @@ pub(super) fn parse_head(buf: &[u8]) -> Result<Option<Head>, WireError> {
     let mut keep_alive = response.version == Some(1);
     let mut length: Option<u64> = None;
     let mut chunked = false;
+    let mut wait = None;
     for h in response.headers.iter() {
-        // The length first: most headers are none of these three and cost one comparison.
-        if !matches!(h.name.len(), 10 | 14 | 17) {
+        // The length first: most headers are none of these four and cost one comparison.
+        if !matches!(h.name.len(), 10 | 11 | 14 | 17) {
+            continue;
+        }
+        if h.name.eq_ignore_ascii_case("retry-after") {
+            wait = Some(retry_after(h.value));
             continue;
         }
         if h.name.eq_ignore_ascii_case("content-length") {
@@ -178,6 +219,7 @@ pub(super) fn parse_head(buf: &[u8]) -> Result<Option<Head>, WireError> {
         status,
         framing,
         keep_alive,
+        retry_after: wait,
     }))
 }
 
@@ -194,6 +236,37 @@ pub(super) fn chunk_size(buf: &[u8]) -> Result<Option<(usize, u64)>, WireError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_after_is_read_as_seconds_or_a_date() {
+        assert_eq!(retry_after(b"30"), RetryAfter::Seconds(30));
+        assert_eq!(retry_after(b" 0 "), RetryAfter::Seconds(0));
+        assert_eq!(
+            retry_after(b"99999999999999999999999"),
+            RetryAfter::Seconds(u64::MAX)
+        );
+        assert_eq!(
+            retry_after(b"Wed, 21 Oct 2015 07:28:00 GMT"),
+            RetryAfter::Seconds(0),
+            "a date past"
+        );
+        let later = httpdate::fmt_http_date(
+            std::time::SystemTime::now() + std::time::Duration::from_secs(3600),
+        );
+        assert!(matches!(
+            retry_after(later.as_bytes()),
+            RetryAfter::Seconds(s) if (3500..=3600).contains(&s)
+        ));
+        for unreadable in [&b""[..], b"-1", b"soon", b"1.5"] {
+            assert_eq!(retry_after(unreadable), RetryAfter::Unreadable);
+        }
+        let h = parse_head(
+            b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 7\r\ncontent-length: 0\r\n\r\n",
+        )
+        .expect("valid")
+        .expect("complete");
+        assert_eq!(h.retry_after, Some(RetryAfter::Seconds(7)));
+    }
 
     fn head(text: &str) -> Head {
         parse_head(text.as_bytes())
