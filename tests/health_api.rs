@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Deserialize;
-use support::{client, eventually, post, post_with, Cluster, Reply, ADMIN_KEY};
+use support::{client, post, post_with, Cluster, Reply, ADMIN_KEY};
 
 /// A subnet ID as the Go client sends it in `tags`.
 const TAG: &str = "11111111111111111111111111111111LpoYY";
@@ -63,17 +63,7 @@ fn go_reply(r: &Reply) -> GoReply {
 
 async fn healthy_cluster(n: usize, tweak: impl FnOnce(&mut snowgate::Config)) -> Cluster {
     let cluster = Cluster::start(n, Duration::from_secs(60), tweak).await;
-    let pool = cluster.gateway.pool().clone();
-    assert!(
-        eventually(Duration::from_secs(60), || pool
-            .status()
-            .upstreams
-            .iter()
-            .all(|u| u.takes_traffic))
-        .await,
-        "{:?}",
-        pool.status()
-    );
+    support::every_node_takes_traffic(&cluster.gateway).await;
     cluster
 }
 

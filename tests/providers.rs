@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use snowgate::devnode::Faults;
 use support::window::ask;
-use support::{call, eventually, fleet::metric, get_text, post, Cluster, ADMIN_KEY};
+use support::{call, fleet::metric, get_text, post, Cluster, ADMIN_KEY};
 
 /// The uncached call the load sends (every one goes to a node).
 fn sample() -> String {
@@ -27,17 +27,7 @@ fn upstream(cluster: &Cluster, name: &str) -> snowgate::upstream::UpstreamStatus
 }
 
 async fn healthy(cluster: &Cluster) {
-    let pool = cluster.gateway.pool().clone();
-    assert!(
-        eventually(Duration::from_secs(60), || pool
-            .status()
-            .upstreams
-            .iter()
-            .all(|u| u.takes_traffic))
-        .await,
-        "{:?}",
-        pool.status()
-    );
+    support::every_node_takes_traffic(&cluster.gateway).await;
 }
 
 /// `n` calls from `tasks` clients at once; the statuses and bodies that were not a result.

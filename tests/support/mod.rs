@@ -165,6 +165,18 @@ pub fn call(method: &str, params: &str) -> String {
 }
 
 /// Polls `cond` every 20 ms for at most `limit`.
+/// Waits (at most a minute) until every node of `gateway`'s pool takes traffic, and fails saying
+/// where the pool stands if they do not.
+pub async fn every_node_takes_traffic(gateway: &Gateway) {
+    let pool = gateway.pool().clone();
+    let all = || pool.status().upstreams.iter().all(|u| u.takes_traffic);
+    assert!(
+        eventually(Duration::from_secs(60), all).await,
+        "{:?}",
+        pool.status()
+    );
+}
+
 pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let start = std::time::Instant::now();
     while start.elapsed() < limit {
