@@ -150,7 +150,8 @@ fn report(status: &crate::upstream::PoolStatus, redis: Option<bool>, now: &str) 
     };
     let mut checks = BTreeMap::new();
     for u in &status.upstreams {
-        let error = if u.takes_traffic {
+        // A fallback on standby is as well as one that takes traffic: it would, were it needed.
+        let error = if u.takes_traffic || u.standby {
             None
         } else if u.throttled {
             Some("throttled".into())
@@ -234,6 +235,7 @@ mod tests {
             in_flight: 0,
             cordoned: false,
             throttled: false,
+            standby: false,
             last_error: last_error.map(str::to_string),
             network_id: Some(1),
             network_mismatch: false,

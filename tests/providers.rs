@@ -1,14 +1,18 @@
 //! A pool of one's own nodes and paid providers (issue 26): a provider that throttles (HTTP 429
-//! with `Retry-After`) is held, not ejected, and no client call fails for it.
+//! with `Retry-After`) is held, not ejected, and no client call fails for it; a fallback costs
+//! one check call per its own interval while a primary serves, and is checked at once when none
+//! does; a provider that exposes only the P-chain joins and is sent no `info.*` call.
 #![allow(clippy::unwrap_used)]
 
 use crate::support;
 
 use std::time::Duration;
 
+use snowgate::config::upstream::Api;
+use snowgate::config::Role;
 use snowgate::devnode::Faults;
 use support::window::ask;
-use support::{call, fleet::metric, get_text, post, Cluster, ADMIN_KEY};
+use support::{call, eventually, fleet::metric, get_text, post, Cluster, ADMIN_KEY};
 
 /// The uncached call the load sends (every one goes to a node).
 fn sample() -> String {
@@ -155,4 +159,176 @@ async fn when_every_node_throttles_the_client_gets_503_with_the_soonest_retry_af
     }
     assert!(served, "{:?}", cluster.gateway.pool().status());
     assert!(upstream(&cluster, "node-0").healthy);
+}
+
+/// Calls until node `want` serves one (within `limit`); true when it does.
+async fn until_served_by(cluster: &Cluster, want: usize, limit: Duration) -> bool {
+    let url = format!("{}/ext/bc/P", cluster.url());
+    let count = || {
+        cluster.nodes[want]
+            .control()
+            .call_count("platform.sampleValidators")
+    };
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        let before = count();
+        let _ = post(&url, &sample()).await;
+        if count() > before {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// A fallback (a metered provider) is checked at its own cadence while a primary serves: one call
+/// (`platform.getHeight`) per interval, its identity not asked again; never more, however long
+/// the test takes, since no timer fires early.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fallback_on_standby_costs_one_call_per_its_interval() {
+    let every = Duration::from_secs(2);
+    let cluster = Cluster::start(3, Duration::from_secs(60), |c| {
+        c.upstreams[2].role = Role::Fallback;
+        c.upstreams[2].health_interval = Some(every);
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let fallback = cluster.nodes[2].control();
+    let primary = cluster.nodes[0].control();
+    // Until the primaries have been checked at least 25 times (5 s of their 200 ms cadence).
+    assert!(
+        eventually(Duration::from_secs(120), || primary
+            .call_count("platform.getHeight")
+            >= 25)
+        .await
+    );
+    let elapsed = started.elapsed();
+    let checks = fallback.call_count("platform.getHeight");
+    let allowed = elapsed.as_millis() / every.as_millis() + 1;
+    assert!(
+        u128::from(checks) <= allowed,
+        "{checks} checks in {elapsed:?} at one per {every:?}"
+    );
+    assert!(checks >= 1, "never checked in {elapsed:?}");
+    assert_eq!(fallback.total_calls(), checks, "{:?}", fallback.calls());
+    let status = upstream(&cluster, "node-2");
+    assert!(
+        status.standby && !status.takes_traffic && status.healthy,
+        "{status:?}"
+    );
+    let health = get_text(&format!("{}/ext/health", cluster.url())).await;
+    assert!(health.contains(r#""standby":true"#), "{health}");
+}
+
+/// When the primaries stop serving, a fallback is checked at once (not at its own cadence, an
+/// hour here) and takes the traffic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fallback_is_checked_at_once_when_the_primaries_stop_serving() {
+    let cluster = Cluster::start(3, Duration::from_secs(60), |c| {
+        c.upstreams[2].role = Role::Fallback;
+        c.upstreams[2].health_interval = Some(Duration::from_secs(3600));
+    })
+    .await;
+    healthy_primaries(&cluster).await;
+    let fallback = cluster.nodes[2].control();
+    let before = fallback.call_count("platform.getHeight");
+    assert!(until_served_by(&cluster, 0, Duration::from_secs(30)).await);
+    assert_eq!(fallback.call_count("platform.sampleValidators"), 0);
+    for node in &cluster.nodes[..2] {
+        node.control().set_bootstrapping(true);
+    }
+    // The primaries' checks take them out; the fallback is checked then, not an hour later.
+    let pool = cluster.gateway.pool().clone();
+    let primaries_out = || {
+        pool.status()
+            .upstreams
+            .iter()
+            .all(|u| u.role.is_some() || !u.healthy)
+    };
+    assert!(eventually(Duration::from_secs(60), primaries_out).await);
+    assert!(
+        eventually(Duration::from_secs(60), || fallback
+            .call_count("platform.getHeight")
+            > before)
+        .await,
+        "the fallback was not checked when the primaries stopped serving"
+    );
+    assert!(
+        until_served_by(&cluster, 2, Duration::from_secs(60)).await,
+        "{:?}",
+        cluster.gateway.pool().status()
+    );
+    assert!(!upstream(&cluster, "node-2").standby);
+    // A primary back: standby again.
+    cluster.nodes[0].control().set_bootstrapping(false);
+    assert!(until_served_by(&cluster, 0, Duration::from_secs(60)).await);
+    assert!(
+        eventually(Duration::from_secs(60), || upstream(&cluster, "node-2")
+            .standby)
+        .await
+    );
+}
+
+async fn healthy_primaries(cluster: &Cluster) {
+    let pool = cluster.gateway.pool().clone();
+    let up = || {
+        pool.status()
+            .upstreams
+            .iter()
+            .filter(|u| u.role.is_none())
+            .all(|u| u.takes_traffic)
+    };
+    assert!(
+        eventually(Duration::from_secs(60), up).await,
+        "{:?}",
+        pool.status()
+    );
+}
+
+/// A provider that exposes only the P-chain (`apis = ["platform"]`, 404 on `/ext/info`): its
+/// network is recognised from its staking asset, it serves `platform.*` and is sent no `info.*`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_p_chain_only_provider_joins_and_gets_no_info_call() {
+    let cluster = Cluster::start(2, Duration::from_secs(60), |c| {
+        c.cache.enabled = false;
+        c.upstreams[1].apis = vec![Api::Platform];
+    })
+    .await;
+    let provider = cluster.nodes[1].control();
+    provider.update_faults(|f| f.no_info_api = true);
+    support::every_node_takes_traffic(&cluster.gateway).await;
+    let status = upstream(&cluster, "node-1");
+    assert_eq!(status.network_id, Some(12345), "{status:?}");
+    assert!(until_served_by(&cluster, 1, Duration::from_secs(30)).await);
+    let info = format!("{}/ext/info", cluster.url());
+    for _ in 0..40 {
+        let r = post(&info, &call("info.getNodeVersion", "{}")).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert!(r.json().get("result").is_some(), "{}", r.body);
+    }
+    let calls = provider.calls();
+    assert!(
+        calls.keys().all(|m| !m.starts_with("info.")),
+        "an info call reached the P-chain-only provider: {calls:?}"
+    );
+    // Checked by the P-chain alone.
+    assert!(
+        eventually(Duration::from_secs(60), || provider
+            .call_count("platform.getHeight")
+            > 0)
+        .await
+    );
+    // With the only info node down, an info call fails as with no node; the P-chain still serves.
+    cluster.nodes[0].control().set_bootstrapping(true);
+    assert!(
+        eventually(Duration::from_secs(60), || !upstream(&cluster, "node-0")
+            .takes_traffic)
+        .await
+    );
+    let r = post(&info, &call("info.getNodeVersion", "{}")).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(r.body.contains("no healthy upstream"), "{}", r.body);
+    let r = post(&format!("{}/ext/bc/P", cluster.url()), &sample()).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(provider.calls().keys().all(|m| !m.starts_with("info.")));
 }

@@ -256,6 +256,18 @@ impl Config {
     pub(crate) fn validate_with(&self, registry: &Registry) -> Result<(), ConfigError> {
         upstream::validate_upstreams(&self.upstreams)?;
         self.health.validate()?;
+        // A check may not outlast the interval it runs in (as `[health]` requires of its own).
+        for (i, up) in self.upstreams.iter().enumerate() {
+            if up
+                .health_interval
+                .is_some_and(|every| every < self.health.timeout)
+            {
+                return invalid(
+                    format!("upstreams[{i}].health_interval"),
+                    "must be at least health.timeout",
+                );
+            }
+        }
         self.upstream.validate()?;
         self.limits.validate()?;
         // Across sections: one attempt must fit in the request's deadline.

@@ -43,10 +43,34 @@ pub struct UpstreamConfig {
     /// Biases the balancer: a node of weight 2 is chosen as if it were half as loaded.
     #[serde(default = "one")]
     pub weight: u32,
+    /// How often it is checked instead of `[health] interval` (`None`: that interval for a
+    /// primary, [`FALLBACK_INTERVAL`] for a fallback while a primary can serve).
+    #[serde(default, with = "super::duration::option")]
+    pub health_interval: Option<Duration>,
+    /// The APIs it serves: both (the default), or `["platform"]` for a provider that exposes only
+    /// the P-chain (checked with `platform.getHeight` alone, never sent an `info.*` call).
+    #[serde(default = "both_apis")]
+    pub apis: Vec<Api>,
 }
 
 fn one() -> u32 {
     1
+}
+
+fn both_apis() -> Vec<Api> {
+    vec![Api::Info, Api::Platform]
+}
+
+/// A fallback's check interval while a primary can serve, when its table gives none: each
+/// instance sends it two check calls a minute.
+pub const FALLBACK_INTERVAL: Duration = Duration::from_secs(30);
+
+/// `[[upstreams]] apis`: an API a node serves (the P-chain's ProposerVM service with `platform`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Api {
+    Info,
+    Platform,
 }
 
 impl Default for UpstreamConfig {
@@ -61,7 +85,16 @@ impl Default for UpstreamConfig {
             platform_path: None,
             role: Role::Primary,
             weight: 1,
+            health_interval: None,
+            apis: both_apis(),
         }
+    }
+}
+
+impl UpstreamConfig {
+    /// Whether it serves the info API (`apis` names it).
+    pub fn serves_info(&self) -> bool {
+        self.apis.contains(&Api::Info)
     }
 }
 
@@ -98,6 +131,10 @@ impl std::fmt::Debug for UpstreamConfig {
                 "platform_path",
                 &self.platform_path.as_ref().map(|_| "[not shown]"),
             )
+            .field("role", &self.role)
+            .field("weight", &self.weight)
+            .field("health_interval", &self.health_interval)
+            .field("apis", &self.apis)
             .finish()
     }
 }
@@ -374,6 +411,24 @@ impl UpstreamConfig {
         }
         if !(1..=1000).contains(&self.weight) {
             return invalid(format!("{key}.weight"), "must be between 1 and 1000");
+        }
+        if !self.apis.contains(&Api::Platform) {
+            return invalid(
+                format!("{key}.apis"),
+                "must include \"platform\": a node is checked and judged by its P-chain height",
+            );
+        }
+        if self.health_interval.is_some_and(|i| i.is_zero()) {
+            return invalid(
+                format!("{key}.health_interval"),
+                "must be greater than zero",
+            );
+        }
+        if self.info_path.is_some() && !self.serves_info() {
+            return invalid(
+                format!("{key}.info_path"),
+                "this upstream serves no info API (apis = [\"platform\"])",
+            );
         }
         Ok(())
     }

@@ -98,6 +98,7 @@ impl DevnodeArgs {
                 hang: false,
                 frozen: self.frozen,
                 bootstrapping: self.bootstrapping,
+                no_info_api: false,
             },
         })
     }

@@ -262,6 +262,9 @@ fn state(u: &UpstreamStatus, best: u64) -> (&'static str, Option<String>) {
         };
         return ("cordoned", Some(why));
     }
+    if u.standby {
+        return ("standby", Some("a primary serves".to_string()));
+    }
     if u.throttled {
         return (
             "throttled",

@@ -329,6 +329,24 @@ impl Heights {
     }
 }
 
+/// How long a node's checker waits before its next check: its own `health_interval`, else
+/// `[health] interval` (`pool`); a fallback on standby (a primary can serve) at its own cadence,
+/// [`FALLBACK_INTERVAL`](crate::config::upstream::FALLBACK_INTERVAL) when it has none, and once
+/// it serves at least as often as the primaries are checked.
+pub(crate) fn check_interval(
+    own: Option<std::time::Duration>,
+    fallback: bool,
+    standby: bool,
+    pool: std::time::Duration,
+) -> std::time::Duration {
+    use crate::config::upstream::FALLBACK_INTERVAL;
+    match (fallback, standby) {
+        (true, true) => own.unwrap_or(FALLBACK_INTERVAL),
+        (true, false) => own.map_or(pool, |own| own.min(pool)),
+        (false, _) => own.unwrap_or(pool),
+    }
+}
+
 /// Whether a node that would take traffic but for its height is behind the pool's floor.
 pub(crate) fn lagging(state: &HealthState, heights: &Heights) -> bool {
     state.healthy && state.network_ok() && state.height.is_some_and(|h| h < heights.floor)
@@ -354,6 +372,24 @@ mod tests {
             bootstrapped: true,
             height: h,
         }
+    }
+
+    #[test]
+    fn a_fallback_on_standby_is_checked_at_its_own_cadence_and_as_often_as_a_primary_once_it_serves(
+    ) {
+        use std::time::Duration;
+        let s = Duration::from_secs;
+        let pool = s(1);
+        assert_eq!(check_interval(None, false, true, pool), pool);
+        assert_eq!(check_interval(Some(s(5)), false, false, pool), s(5));
+        assert_eq!(check_interval(None, true, true, pool), s(30));
+        assert_eq!(check_interval(Some(s(120)), true, true, pool), s(120));
+        assert_eq!(check_interval(None, true, false, pool), pool);
+        assert_eq!(check_interval(Some(s(120)), true, false, pool), pool);
+        assert_eq!(
+            check_interval(Some(Duration::from_millis(300)), true, false, pool),
+            Duration::from_millis(300)
+        );
     }
 
     #[test]

@@ -22,13 +22,33 @@ pub struct Identity {
     pub release: Option<crate::methods::NodeVersion>,
     /// When it was last asked (`None`: never, or to be asked again).
     pub asked: Option<Instant>,
+    /// `platform.getStakingAssetID` of the primary network: what a P-chain-only provider's
+    /// network is recognised by ([`network_of_asset`]); asked of the others only while the pool
+    /// has such a provider.
+    pub asset_id: Option<String>,
+}
+
+/// The primary network's staking asset (AVAX) on mainnet, as `platform.getStakingAssetID` says.
+pub const MAINNET_ASSET: &str = "FvwEAhmxKfeiG8SnEvq42hc6whRyY3EFYAvebMqDNDGCgxN5Z";
+/// The same on Fuji.
+pub const FUJI_ASSET: &str = "U8iRqJoiJm8xZHAacmvYyZVwqQx6uDNtQeP3CQ6fcgQk3JqnK";
+
+/// The network a node is on, from its staking asset: mainnet's (1) and Fuji's (5) are known;
+/// another (a local network's, each genesis has its own) is the network of a node of the pool
+/// that reported both (`known`: network and asset of the nodes that serve the info API).
+pub fn network_of_asset(asset: &str, known: &[(u32, String)]) -> Option<u32> {
+    match asset {
+        MAINNET_ASSET => Some(1),
+        FUJI_ASSET => Some(5),
+        _ => known.iter().find(|(_, a)| a == asset).map(|(n, _)| *n),
+    }
 }
 
 impl Identity {
-    /// Whether to ask again now: never asked, forgotten after a failure, or stale.
-    pub fn due(&self, now: Instant) -> bool {
+    /// Whether to ask again now: never asked, forgotten after a failure, or (`periodic`) stale.
+    pub fn due(&self, now: Instant, periodic: bool) -> bool {
         self.asked
-            .map_or(true, |at| now.duration_since(at) >= REFRESH)
+            .map_or(true, |at| periodic && now.duration_since(at) >= REFRESH)
     }
 
     /// Whether the node is on a network other than `expected` (unknown is not a mismatch: the
@@ -55,6 +75,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_p_chain_only_nodes_network_is_its_staking_assets() {
+        let known = [(
+            12345,
+            "2fombhL7aGPwj3KH4bfrmJwW6PVnMobf9Y2fn9GwxiAAJyFDbe".to_string(),
+        )];
+        assert_eq!(network_of_asset(MAINNET_ASSET, &known), Some(1));
+        assert_eq!(network_of_asset(FUJI_ASSET, &[]), Some(5));
+        assert_eq!(network_of_asset(&known[0].1, &known), Some(12345));
+        assert_eq!(network_of_asset("other", &known), None);
+    }
+
+    #[test]
     fn the_majority_network_wins_and_unknown_is_no_mismatch() {
         assert_eq!(majority(&[], 0), None);
         assert_eq!(majority(&[], 3), None);
@@ -72,6 +104,12 @@ mod tests {
         assert!(!known.mismatch(Some(5)));
         assert!(!known.mismatch(None));
         assert!(!Identity::default().mismatch(Some(1)));
-        assert!(Identity::default().due(Instant::now()));
+        assert!(Identity::default().due(Instant::now(), false));
+        let asked = Identity {
+            asked: Some(Instant::now()),
+            ..Default::default()
+        };
+        let later = Instant::now() + REFRESH;
+        assert!(asked.due(later, true) && !asked.due(later, false));
     }
 }

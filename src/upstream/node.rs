@@ -137,6 +137,11 @@ pub(crate) struct Upstream {
     pub(crate) fallback: bool,
     /// `weight`.
     pub(super) weight: u32,
+    /// `apis` names the info API: `info.*` calls may be sent to it (a P-chain-only provider's
+    /// does not), and it is asked its network by `info.getNetworkID`.
+    pub(crate) info_api: bool,
+    /// `health_interval`: how often it is checked instead of `[health] interval`.
+    pub(super) health_interval: Option<Duration>,
     pub(super) state: Mutex<HealthState>,
     /// Its network and version, as it last said.
     pub(super) identity: Mutex<super::identity::Identity>,
@@ -273,6 +278,8 @@ impl Upstream {
             paths: (info.into(), platform.into(), proposervm.into()),
             fallback: config.role == crate::config::Role::Fallback,
             weight: config.weight.max(1),
+            info_api: config.serves_info(),
+            health_interval: config.health_interval,
             state: Mutex::new(HealthState::default()),
             identity: Mutex::new(super::identity::Identity::default()),
             ewma: Mutex::new(PeakEwma::new(Instant::now())),

@@ -37,6 +37,12 @@ pub struct Pool {
     pub(super) height_ceiling: AtomicU64,
     /// Signalled whenever a concurrency slot is released anywhere in the pool.
     slot_freed: tokio::sync::Notify,
+    /// Some primary takes traffic (healthy, admitted, not on hold, not cordoned): the fallbacks
+    /// are on standby, checked at their own cadence. Judged after every check and every change
+    /// that can take a primary out.
+    pub(super) primaries_serve: std::sync::atomic::AtomicBool,
+    /// Wakes the fallbacks' checkers when the primaries stop serving: they are checked at once.
+    pub(super) fallbacks_wanted: Arc<tokio::sync::Notify>,
     /// Held by [`Pool::cordon`], and by a reload while it copies the cordons onto the nodes it
     /// publishes: no cordon is set between the copy and the publication, and lost.
     cordon_lock: parking_lot::Mutex<()>,
@@ -112,6 +118,8 @@ impl Pool {
             height_floor: AtomicU64::new(0),
             height_ceiling: AtomicU64::new(u64::MAX),
             slot_freed: tokio::sync::Notify::new(),
+            primaries_serve: std::sync::atomic::AtomicBool::new(false),
+            fallbacks_wanted: Arc::new(tokio::sync::Notify::new()),
             cordon_lock: parking_lot::Mutex::new(()),
             metrics,
             network: std::sync::OnceLock::new(),
@@ -283,6 +291,7 @@ impl Pool {
             events::report(&self.metrics, name, event);
             // Calls queued for a slot look again: another node may take them.
             self.slot_freed.notify_waiters();
+            self.judge_primaries(&members);
         }
         Some(on)
     }
@@ -299,9 +308,11 @@ impl Pool {
     /// What the pool knows of each node now, for [`select::choose`] of a call of `spec`: one
     /// lock of each node's health record (and, for a method some release does not serve, of its
     /// identity), one vector.
-    fn views(members: &Members, tried: &[usize], spec: &MethodSpec) -> Vec<NodeView> {
+    fn views(&self, members: &Members, tried: &[usize], spec: &MethodSpec) -> Vec<NodeView> {
+        let primaries_serve = self.primaries_serve.load(Ordering::Relaxed);
         let versioned = spec.served.is_versioned();
         let now = std::time::Instant::now();
+        let info = spec.family == crate::methods::Family::Info;
         members
             .upstreams
             .iter()
@@ -322,6 +333,8 @@ impl Pool {
                     fallback: u.fallback,
                     weight: u.weight,
                     serves,
+                    has_api: !info || u.info_api,
+                    standby: u.fallback && primaries_serve,
                 }
             })
             .collect()
@@ -402,6 +415,7 @@ impl Pool {
                     };
                     events::report(&self.metrics, &upstream.name, event);
                     handles.healthy.set(0);
+                    self.judge_primaries(members);
                 }
             }
         }
@@ -548,6 +562,25 @@ impl Pool {
         }
     }
 
+    /// Judges whether some primary takes traffic now; when none does any more, the fallbacks
+    /// leave standby and are checked at once (their heights, read at their slow cadence, are
+    /// judged again from then on).
+    pub(super) fn judge_primaries(&self, members: &Members) {
+        let heights = self.heights();
+        let now = std::time::Instant::now();
+        let serve = members.upstreams.iter().any(|u| {
+            let s = u.state.lock();
+            !u.fallback
+                && health::eligible(&s, &heights)
+                && !s.held(now)
+                && !u.cordoned.load(Ordering::Relaxed)
+        });
+        let was = self.primaries_serve.swap(serve, Ordering::Relaxed);
+        if was && !serve {
+            self.fallbacks_wanted.notify_waiters();
+        }
+    }
+
     /// Puts a node that throttled on hold for `wait` (at most `[health] max_hold_off`): it takes
     /// no calls and is not checked until then, and is never ejected or counted as failing for it.
     /// A new hold is one state change (log line, count, the status page's events).
@@ -556,6 +589,9 @@ impl Pool {
         let wait = wait.min(health.max_hold_off);
         let new = upstream.state.lock().hold(now + wait, now);
         upstream.metrics.throttled.set(1);
+        if !upstream.fallback {
+            self.judge_primaries(&self.members());
+        }
         if new {
             let hold_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
             events::report(
@@ -594,7 +630,7 @@ impl Pool {
                 freed.as_mut().enable();
             }
             let choice = select::choose(
-                &Self::views(members, tried, spec),
+                &self.views(members, tried, spec),
                 &self.heights(),
                 min_height,
                 |i| members.upstreams[i].load(),
@@ -635,7 +671,7 @@ impl Pool {
     /// Whether no node that is up serves `spec`'s method by its release, while some node is up.
     fn unserved(&self, members: &Members, spec: &MethodSpec) -> bool {
         spec.served.is_versioned()
-            && select::unserved(&Self::views(members, &[], spec), &self.heights())
+            && select::unserved(&self.views(members, &[], spec), &self.heights())
     }
 
     /// A "not found" for a height the pool has already reached means this node is behind: ask

@@ -39,10 +39,22 @@ impl Pool {
     ) {
         let pool = Arc::downgrade(self);
         let mut retired = upstream.retirement();
+        let wanted = self.fallbacks_wanted.clone();
         tokio::spawn(async move {
             loop {
-                let every = match pool.upgrade() {
-                    Some(pool) => pool.members().health.interval,
+                let (every, standby) = match pool.upgrade() {
+                    Some(pool) => {
+                        let standby =
+                            upstream.fallback && pool.primaries_serve.load(Ordering::Relaxed);
+                        let interval = pool.members().health.interval;
+                        let every = health::check_interval(
+                            upstream.health_interval,
+                            upstream.fallback,
+                            standby,
+                            interval,
+                        );
+                        (every, standby)
+                    }
                     None => return,
                 };
                 // A node on hold is checked when its hold ends, not before.
@@ -53,8 +65,11 @@ impl Pool {
                 if *retired.borrow() {
                     return;
                 }
+                // A fallback on standby is woken when the primaries stop serving.
+                let woken = wanted.notified();
                 tokio::select! {
                     _ = tokio::time::sleep(every) => {}
+                    () = woken, if standby => {}
                     _ = shutdown.changed() => return,
                     // Taken out by a reload: let go of it (and its sockets) now.
                     _ = retired.changed() => return,
@@ -96,16 +111,25 @@ impl Pool {
             return;
         }
         upstream.metrics.throttled.set(0);
-        let check = self.run_check(upstream, health.timeout).await;
+        let check = if upstream.fallback || !upstream.info_api {
+            self.run_height_check(upstream, health.timeout).await
+        } else {
+            self.run_check(upstream, health.timeout).await
+        };
         if let Check::Throttled(wait) = check {
             self.hold(upstream, wait, health);
             return;
         }
         // Its network and version: when it joins (before it takes traffic), after it comes back
-        // (a node taken out forgets when it was asked, below), and every few minutes. Not at
-        // every check of a node that answers but is not healthy (bootstrapping, behind).
+        // (a node taken out forgets when it was asked, below), and every few minutes, but not
+        // while it is a fallback on standby (a metered provider is asked only what it must be).
+        // Not at every check of a node that answers but is not healthy (bootstrapping, behind).
+        let periodic = !(upstream.fallback && self.primaries_serve.load(Ordering::Relaxed));
         if matches!(check, Check::Answered { .. })
-            && upstream.identity.lock().due(std::time::Instant::now())
+            && upstream
+                .identity
+                .lock()
+                .due(std::time::Instant::now(), periodic)
         {
             self.ask_identity(upstream, health.timeout).await;
             self.settle_network_late();
@@ -162,6 +186,44 @@ impl Pool {
             events::report(&self.metrics, &upstream.name, event);
         }
         self.refresh_best_height();
+    }
+
+    /// The check of a fallback or of a P-chain-only provider: one call, `platform.getHeight`; a
+    /// bootstrapping node refuses it with a 503 ("not done bootstrapping"), read as such. So a
+    /// fallback on standby costs two calls a minute with the default cadence.
+    async fn run_height_check(&self, upstream: &Upstream, timeout: std::time::Duration) -> Check {
+        let id = upstream_id();
+        let body = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"platform.getHeight\",\"params\":{{}}}}"
+        );
+        let path = upstream.path(crate::methods::Family::Platform);
+        let answer = upstream
+            .post(path, body.into_bytes(), timeout, 1024 * 1024)
+            .await;
+        if let Err(e) = &answer {
+            if e.fault == Fault::Throttled {
+                return Check::Throttled(e.wait.unwrap_or(super::node::DEFAULT_HOLD));
+            }
+        }
+        match answer_field(answer, id, "height") {
+            Ok(crate::jsonrpc::Json::String(s)) => match s.parse::<u64>() {
+                Ok(height) => Check::Answered {
+                    bootstrapped: true,
+                    height,
+                },
+                Err(_) => Check::Failed(Fault::BadAnswer),
+            },
+            Ok(_) => Check::Failed(Fault::BadAnswer),
+            // The P-chain's answer while it bootstraps.
+            Err(e) if e.fault == Fault::Http(503) => Check::Answered {
+                bootstrapped: false,
+                height: 0,
+            },
+            Err(e) => {
+                tracing::debug!(upstream = %upstream.name, call = "platform.getHeight", fault = %e.fault, detail = %e.detail, "health check failed");
+                Check::Failed(e.fault)
+            }
+        }
     }
 
     async fn run_check(&self, upstream: &Upstream, timeout: std::time::Duration) -> Check {
@@ -237,29 +299,73 @@ impl Pool {
     }
 
     /// Asks a node its network and version (in parallel, within the health timeout) and records
-    /// them; a failure leaves the identity to be asked again at the next check.
+    /// them; a failure leaves the identity to be asked again at the next check. A P-chain-only
+    /// provider is asked its staking asset instead, which tells its network
+    /// ([`super::identity::network_of_asset`]); the others are asked it too while the pool has
+    /// such a provider.
     async fn ask_identity(&self, upstream: &Upstream, timeout: std::time::Duration) {
-        let (net_id, ver_id) = (upstream_id(), upstream_id());
+        let (net_id, ver_id, asset_id) = (upstream_id(), upstream_id(), upstream_id());
         let body = |id: u64, method: &str| {
             format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"{method}\"}}").into_bytes()
         };
         let info = upstream.path(crate::methods::Family::Info);
-        let (net, ver) = tokio::join!(
-            upstream.post(info, body(net_id, "info.getNetworkID"), timeout, 64 * 1024),
-            upstream.post(
+        let platform = upstream.path(crate::methods::Family::Platform);
+        let members = self.members();
+        let p_only_members = members.upstreams.iter().any(|u| !u.info_api);
+        let asked = |call: Option<_>| async move {
+            match call {
+                Some(call) => Some(call.await),
+                None => None,
+            }
+        };
+        let (net, ver, asset) = tokio::join!(
+            asked(upstream.info_api.then(|| upstream.post(
+                info,
+                body(net_id, "info.getNetworkID"),
+                timeout,
+                64 * 1024
+            ))),
+            asked(upstream.info_api.then(|| upstream.post(
                 info,
                 body(ver_id, "info.getNodeVersion"),
                 timeout,
                 1024 * 1024
-            ),
+            ))),
+            asked(p_only_members.then(|| upstream.post(
+                platform,
+                body(asset_id, "platform.getStakingAssetID"),
+                timeout,
+                64 * 1024
+            ))),
         );
-        let network_id = match answer_field(net, net_id, "networkID") {
-            Ok(crate::jsonrpc::Json::String(s)) => s.parse::<u32>().ok(),
-            Ok(crate::jsonrpc::Json::Number(n)) => n.parse::<u32>().ok(),
+        let asset = match asset.map(|a| answer_field(a, asset_id, "assetID")) {
+            Some(Ok(crate::jsonrpc::Json::String(s)))
+                if s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric()) =>
+            {
+                Some(s)
+            }
             _ => None,
         };
-        let version = match answer_field(ver, ver_id, "version") {
-            Ok(crate::jsonrpc::Json::String(s))
+        let network_id = match net.map(|n| answer_field(n, net_id, "networkID")) {
+            Some(Ok(crate::jsonrpc::Json::String(s))) => s.parse::<u32>().ok(),
+            Some(Ok(crate::jsonrpc::Json::Number(n))) => n.parse::<u32>().ok(),
+            // A P-chain-only provider: the network its staking asset is on.
+            None => asset.as_deref().and_then(|a| {
+                let known: Vec<(u32, String)> = members
+                    .upstreams
+                    .iter()
+                    .filter(|u| u.info_api)
+                    .filter_map(|u| {
+                        let id = u.identity.lock();
+                        Some((id.network_id?, id.asset_id.clone()?))
+                    })
+                    .collect();
+                super::identity::network_of_asset(a, &known)
+            }),
+            _ => None,
+        };
+        let version = match ver.map(|v| answer_field(v, ver_id, "version")) {
+            Some(Ok(crate::jsonrpc::Json::String(s)))
                 if s.len() <= 64 && s.bytes().all(|b| b.is_ascii_graphic()) =>
             {
                 // Shown on `/ext/health` and in a metric label: none of the node's own secrets.
@@ -273,6 +379,9 @@ impl Pool {
         identity.asked = network_id.map(|_| std::time::Instant::now());
         if network_id.is_some() {
             identity.network_id = network_id;
+        }
+        if asset.is_some() {
+            identity.asset_id = asset;
         }
         if version.is_some() {
             identity.release = version.as_deref().and_then(|v| v.parse().ok());
@@ -402,6 +511,7 @@ impl Pool {
         let _ = m.upstream_height.remove_label_values(&[name]);
         let _ = m.upstream_in_flight.remove_label_values(&[name]);
         let _ = m.upstream_cordoned.remove_label_values(&[name]);
+        let _ = m.upstream_throttled.remove_label_values(&[name]);
         let _ = m.upstream_latency.remove_label_values(&[name]);
         let _ = m.upstream_network_mismatch.remove_label_values(&[name]);
         events::forget(m, name);
@@ -446,13 +556,16 @@ impl Pool {
         self.height_floor.store(heights.floor, Ordering::Relaxed);
         self.height_ceiling
             .store(heights.ceiling, Ordering::Relaxed);
+        self.judge_primaries(&members);
+        let standby = self.primaries_serve.load(Ordering::Relaxed);
         self.metrics.best_height.set(heights.best as i64);
         for u in &members.upstreams {
             let mut s = u.state.lock();
             let name: &str = &u.name;
             // Lagging or back in sync: compared with the last verdict, under the node's lock,
-            // so concurrent judgements report a change once.
-            let lagging = health::lagging(&s, &heights);
+            // so concurrent judgements report a change once. A fallback on standby is checked at
+            // its own slow cadence: its height is not judged until it leaves standby.
+            let lagging = health::lagging(&s, &heights) && !(u.fallback && standby);
             if lagging != s.lagging {
                 s.lagging = lagging;
                 // Out of lag because it went out altogether: that line is already written.
@@ -471,10 +584,13 @@ impl Pool {
                     events::report(&self.metrics, name, event);
                 }
             }
+            // A fallback on standby counts as up while it is healthy (its height is not judged).
+            let up = health::eligible(&s, &heights)
+                || (u.fallback && standby && s.healthy && s.network_ok());
             self.metrics
                 .upstream_healthy
                 .with_label_values(&[name])
-                .set(i64::from(health::eligible(&s, &heights)));
+                .set(i64::from(up));
             if let Some(h) = s.height {
                 self.metrics
                     .upstream_height

@@ -46,6 +46,12 @@ pub(crate) struct NodeView {
     pub(crate) weight: u32,
     /// Its release serves the call's method (or its release is not known yet).
     pub(crate) serves: bool,
+    /// It serves the call's API (`[[upstreams]] apis`: a P-chain-only provider has no info API).
+    pub(crate) has_api: bool,
+    /// A fallback on standby (a primary can serve): checked at its own slow cadence, so its last
+    /// height is not judged against the pool's (it takes a call only once every primary was
+    /// tried for it, and is checked at once when the primaries cannot serve).
+    pub(crate) standby: bool,
 }
 
 /// The outcome of a choice.
@@ -70,7 +76,9 @@ pub(crate) fn choose(
     load: impl Fn(usize) -> f64,
     rng: &mut impl Rng,
 ) -> Choice {
-    let usable_node = |n: &NodeView| !n.tried && n.serves && n.healthy && heights.admits(n.height);
+    let usable_node = |n: &NodeView| {
+        !n.tried && n.has_api && n.serves && n.healthy && (n.standby || heights.admits(n.height))
+    };
     // Fallbacks only while no primary is usable (a busy primary is waited for, not spilled over).
     let primaries = nodes.iter().any(|n| !n.fallback && usable_node(n));
     let usable = |n: &NodeView| usable_node(n) && n.fallback != primaries;
@@ -105,7 +113,7 @@ pub(crate) fn choose(
 /// find method", and the pool answers it without asking one. With no node up at all, the call
 /// fails as any other would.
 pub(crate) fn unserved(nodes: &[NodeView], heights: &Heights) -> bool {
-    let up = |n: &NodeView| n.healthy && heights.admits(n.height);
+    let up = |n: &NodeView| n.has_api && n.healthy && (n.standby || heights.admits(n.height));
     nodes.iter().any(up) && !nodes.iter().any(|n| up(n) && n.serves)
 }
 
@@ -124,6 +132,8 @@ mod tests {
             fallback: false,
             weight: 1,
             serves: true,
+            has_api: true,
+            standby: false,
         }
     }
 
@@ -303,6 +313,8 @@ mod tests {
                     fallback,
                     weight,
                     serves,
+                    has_api: true,
+                    standby: false,
                 }
             })
     }

@@ -41,6 +41,10 @@ pub struct UpstreamStatus {
     /// On hold because it throttled (HTTP 429, or 503 with `Retry-After`): no calls until then.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub throttled: bool,
+    /// A healthy fallback while a primary serves: it takes a call only once every primary was
+    /// tried for it, and is checked at its own cadence.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub standby: bool,
     /// Why its last check or request failed: a fixed category (`connect refused`, `timeout`,
     /// `http 500`, `bad answer`, `not bootstrapped`, ...), never an address or a body.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -68,6 +72,7 @@ impl Pool {
     /// The pool's state for `/ext/health`.
     pub fn status(&self) -> PoolStatus {
         let now = std::time::Instant::now();
+        let primaries_serve = self.primaries_serve.load(Ordering::Relaxed);
         let upstreams: Vec<UpstreamStatus> = self
             .members()
             .upstreams
@@ -77,11 +82,17 @@ impl Pool {
                 let identity = u.identity.lock().clone();
                 let cordoned = u.cordoned.load(Ordering::Relaxed);
                 let throttled = s.held(now);
+                let standby = u.fallback
+                    && primaries_serve
+                    && s.healthy
+                    && s.network_ok()
+                    && !cordoned
+                    && !throttled;
                 UpstreamStatus {
                     name: u.name.to_string(),
                     role: u.fallback.then_some("fallback"),
                     healthy: s.healthy,
-                    takes_traffic: self.takes_traffic(&s) && !cordoned && !throttled,
+                    takes_traffic: self.takes_traffic(&s) && !cordoned && !throttled && !standby,
                     implausible_height: self.heights().implausible(s.height),
                     bootstrapped: s.bootstrapped,
                     height: s.height,
@@ -91,6 +102,7 @@ impl Pool {
                     in_flight: u.in_flight.load(Ordering::Relaxed),
                     cordoned,
                     throttled,
+                    standby,
                     // A node that answers but is kept out for its network says so (one that
                     // fails its checks says why it fails).
                     last_error: match (s.last_error, s.network_unknown) {

@@ -45,6 +45,8 @@ pub struct Faults {
     /// The node pretends to bootstrap: P-chain routes answer 503, `info.isBootstrapped` says
     /// false, health is unhealthy.
     pub bootstrapping: bool,
+    /// The info API answers 404, as a provider that exposes only the P-chain (`/ext/bc/P`).
+    pub no_info_api: bool,
 }
 
 impl Faults {
@@ -111,6 +113,7 @@ pub struct FaultState {
     current: watch::Sender<Faults>,
     per_request: AtomicBool,
     bootstrapping: AtomicBool,
+    no_info_api: AtomicBool,
     frozen_at: AtomicU64,
     /// Serialises updates so the atomics and `current` change together.
     update: parking_lot::Mutex<()>,
@@ -125,6 +128,7 @@ impl Default for FaultState {
             current: watch::Sender::new(Faults::default()),
             per_request: AtomicBool::new(false),
             bootstrapping: AtomicBool::new(false),
+            no_info_api: AtomicBool::new(false),
             frozen_at: AtomicU64::new(NOT_FROZEN),
             update: parking_lot::Mutex::new(()),
             throttled: AtomicU64::new(0),
@@ -147,6 +151,8 @@ impl FaultState {
         }
         self.bootstrapping
             .store(faults.bootstrapping, Ordering::Release);
+        self.no_info_api
+            .store(faults.no_info_api, Ordering::Release);
         self.per_request
             .store(faults.per_request(), Ordering::Release);
         // Wakes hung requests when `hang` is cleared.
@@ -161,6 +167,11 @@ impl FaultState {
     /// The faults in force.
     pub fn get(&self) -> Faults {
         self.current.borrow().clone()
+    }
+
+    /// Whether the info API answers 404 (a P-chain-only provider).
+    pub fn no_info_api(&self) -> bool {
+        self.no_info_api.load(Ordering::Acquire)
     }
 
     /// Whether the node pretends to bootstrap.
@@ -248,7 +259,7 @@ mod tests {
         let text = serde_json::to_string(&Faults::default()).unwrap();
         assert_eq!(
             text,
-            r#"{"latency":"0s","jitter":"0s","error_rate":0.0,"drop_rate":0.0,"throttle_rate":0.0,"retry_after":null,"hang":false,"frozen":false,"bootstrapping":false}"#
+            r#"{"latency":"0s","jitter":"0s","error_rate":0.0,"drop_rate":0.0,"throttle_rate":0.0,"retry_after":null,"hang":false,"frozen":false,"bootstrapping":false,"no_info_api":false}"#
         );
     }
 

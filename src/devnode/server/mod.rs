@@ -565,6 +565,10 @@ async fn routed(node: &NodeState, req: Request<Incoming>) -> Resp {
     };
     match route {
         None => reply::go_error(StatusCode::NOT_FOUND, NOT_FOUND_TEXT),
+        // A P-chain-only provider: no info API at all.
+        Some(Route::Info) if node.faults.no_info_api() => {
+            reply::go_error(StatusCode::NOT_FOUND, NOT_FOUND_TEXT)
+        }
         Some(Route::Info) => rpc::serve(node, req, Service::Info).await,
         Some(Route::Platform) if node.faults.bootstrapping() => reply::go_error(
             StatusCode::SERVICE_UNAVAILABLE,
