@@ -231,6 +231,7 @@ mod tests {
             height: Some(7),
             in_flight: 0,
             cordoned: false,
+            cordoned_by: Vec::new(),
             last_error: last_error.map(str::to_string),
             network_id: Some(1),
             network_mismatch: false,

@@ -43,6 +43,10 @@ pub struct UpstreamConfig {
     /// Biases the balancer: a node of weight 2 is chosen as if it were half as loaded.
     #[serde(default = "one")]
     pub weight: u32,
+    /// The file cordons the node: it takes no new calls until the file says otherwise (a reload
+    /// applies it in place). An admin's uncordon does not lift it (see `upstream::cordons`).
+    #[serde(default)]
+    pub cordoned: bool,
 }
 
 fn one() -> u32 {
@@ -61,6 +65,7 @@ impl Default for UpstreamConfig {
             platform_path: None,
             role: Role::Primary,
             weight: 1,
+            cordoned: false,
         }
     }
 }
@@ -98,6 +103,7 @@ impl std::fmt::Debug for UpstreamConfig {
                 "platform_path",
                 &self.platform_path.as_ref().map(|_| "[not shown]"),
             )
+            .field("cordoned", &self.cordoned)
             .finish()
     }
 }

@@ -35,9 +35,13 @@ pub struct UpstreamStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
     pub in_flight: usize,
-    /// An admin cordoned it: it takes no new calls.
+    /// Cordoned (by the file, an admin or the fleet): it takes no new calls.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub cordoned: bool,
+    /// Who cordons it, when cordoned: `file` (`[[upstreams]] cordoned`), `instance` (an admin of
+    /// this instance, not shared with the fleet), `fleet` (the fleet's Redis).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cordoned_by: Vec<&'static str>,
     /// Why its last check or request failed: a fixed category (`connect refused`, `timeout`,
     /// `http 500`, `bad answer`, `not bootstrapped`, ...), never an address or a body.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -71,7 +75,8 @@ impl Pool {
             .map(|u| {
                 let s = u.snapshot();
                 let identity = u.identity.lock().clone();
-                let cordoned = u.cordoned.load(Ordering::Relaxed);
+                let cordoned_by = u.cordoned_by();
+                let cordoned = cordoned_by.any();
                 UpstreamStatus {
                     name: u.name.to_string(),
                     role: u.fallback.then_some("fallback"),
@@ -85,6 +90,7 @@ impl Pool {
                     version: identity.version,
                     in_flight: u.in_flight.load(Ordering::Relaxed),
                     cordoned,
+                    cordoned_by: cordoned_by.names(),
                     // A node that answers but is kept out for its network says so (one that
                     // fails its checks says why it fails).
                     last_error: match (s.last_error, s.network_unknown) {
