@@ -236,6 +236,7 @@ mod tests {
             cordoned: false,
             throttled: false,
             standby: false,
+            cordoned_by: Vec::new(),
             last_error: last_error.map(str::to_string),
             network_id: Some(1),
             network_mismatch: false,

@@ -14,6 +14,7 @@ mod cache;
 mod coalescing;
 mod config_errors;
 mod config_files;
+mod cordons;
 mod cors;
 mod dashboard;
 mod devnode_agree;

@@ -345,7 +345,7 @@ async fn a_cordoned_node_takes_no_new_calls_and_finishes_the_ones_it_has() {
     let answer: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(
         answer,
-        serde_json::json!({"upstream": "node-0", "cordoned": true})
+        serde_json::json!({"upstream": "node-0", "cordoned": true, "cordonedBy": ["instance"]})
     );
     let finished = slow.await.unwrap();
     assert_eq!(finished.status, 200, "{}", finished.body);

@@ -51,6 +51,10 @@ pub struct UpstreamConfig {
     /// the P-chain (checked with `platform.getHeight` alone, never sent an `info.*` call).
     #[serde(default = "both_apis")]
     pub apis: Vec<Api>,
+    /// The file cordons the node: it takes no new calls until the file says otherwise (a reload
+    /// applies it in place). An admin's uncordon does not lift it (see `upstream::cordons`).
+    #[serde(default)]
+    pub cordoned: bool,
 }
 
 fn one() -> u32 {
@@ -87,6 +91,7 @@ impl Default for UpstreamConfig {
             weight: 1,
             health_interval: None,
             apis: both_apis(),
+            cordoned: false,
         }
     }
 }
@@ -135,6 +140,7 @@ impl std::fmt::Debug for UpstreamConfig {
             .field("weight", &self.weight)
             .field("health_interval", &self.health_interval)
             .field("apis", &self.apis)
+            .field("cordoned", &self.cordoned)
             .finish()
     }
 }

@@ -331,6 +331,8 @@ impl Core {
             Some(redis) => {
                 let shared = Shared::new(redis, &metrics)?;
                 shared.check().await;
+                // The fleet's cordons, read before the first request (they outlive restarts).
+                pool.share_cordons(shared.clone()).await;
                 Some(shared)
             }
             None => None,
@@ -362,6 +364,7 @@ impl Core {
             pool.spawn_health_checks(stop.clone());
             if let Some(shared) = &shared {
                 shared.spawn_watcher(stop.clone());
+                pool.spawn_fleet_cordons(stop.clone());
             }
             if let Some(cache) = cache.as_ref().filter(|_| config.shares_cache()) {
                 spawn_network_follower(&pool, cache.clone(), stop);

@@ -267,6 +267,8 @@ impl Live {
             ("upstream added", &changes.added),
             ("upstream removed", &changes.removed),
             ("upstream changed", &changes.changed),
+            ("upstream cordoned by the file", &changes.cordoned),
+            ("upstream uncordoned by the file", &changes.uncordoned),
         ] {
             report
                 .changed

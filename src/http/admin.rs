@@ -223,7 +223,7 @@ impl Admin {
             }
             Endpoint::Status => Ok(page()),
             Endpoint::StatusJson => Ok(self.status_json().await),
-            Endpoint::Cordon => self.cordon(method, uri.path()),
+            Endpoint::Cordon => self.cordon(method, uri.path()).await,
         }
     }
 
@@ -257,8 +257,10 @@ impl Admin {
         r
     }
 
-    /// `POST /snowgate/upstreams/NAME/cordon` or `/uncordon` (admin key, checked by the caller).
-    fn cordon(&self, method: &Method, path: &str) -> Result<HttpResponse, ProxyError> {
+    /// `POST /snowgate/upstreams/NAME/cordon` or `/uncordon` (admin key, checked by the caller):
+    /// whether the node is cordoned now and by whom, and a `note` when that is not what was asked
+    /// for plainly (the file still cordons it; the fleet's Redis did not take it yet).
+    async fn cordon(&self, method: &Method, path: &str) -> Result<HttpResponse, ProxyError> {
         let rest = path.strip_prefix(UPSTREAMS_PREFIX).unwrap_or_default();
         let (name, on) = match rest.rsplit_once('/') {
             Some((name, "cordon")) => (name, true),
@@ -271,12 +273,30 @@ impl Admin {
                 path: "/snowgate/upstreams/NAME/cordon",
             });
         }
-        let cordoned = self
+        let done = self
             .pool
             .cordon(name, on)
+            .await
             .ok_or_else(|| ProxyError::NoSuchUpstream(name.to_string()))?;
-        tracing::info!(upstream = name, cordoned, "cordon set by an admin");
-        let body = serde_json::json!({ "upstream": name, "cordoned": cordoned });
+        let by = done.cordoned_by.join(",");
+        tracing::info!(upstream = name, cordoned = done.cordoned, by = %by, "cordon set by an admin");
+        let mut notes = Vec::new();
+        if !on && done.cordoned_by.contains(&"file") {
+            notes.push("the file still cordons it ([[upstreams]] cordoned = true)".to_string());
+        }
+        if let Some(why) = &done.unshared {
+            notes.push(format!(
+                "not shared with the fleet yet ({why}): held on this instance, written when Redis answers"
+            ));
+        }
+        let mut body = serde_json::json!({
+            "upstream": name,
+            "cordoned": done.cordoned,
+            "cordonedBy": done.cordoned_by,
+        });
+        if !notes.is_empty() {
+            body["note"] = notes.join("; ").into();
+        }
         Ok(json(StatusCode::OK, format!("{body}\n")))
     }
 

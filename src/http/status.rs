@@ -169,6 +169,7 @@ impl StatusBoard {
                     network_id: u.network_id,
                     in_flight: u.in_flight,
                     cordoned: u.cordoned,
+                    cordoned_by: u.cordoned_by.clone(),
                     takes_traffic: u.takes_traffic,
                     calls_per_second: rate(now.calls, then.calls),
                     errors_per_second: rate(now.errors, then.errors),
@@ -256,9 +257,10 @@ pub struct Facts<'a> {
 /// A node's state on the page, and why.
 fn state(u: &UpstreamStatus, best: u64) -> (&'static str, Option<String>) {
     if u.cordoned {
+        let by = cordoned_by(&u.cordoned_by);
         let why = match (&u.last_error, u.healthy) {
-            (Some(e), false) => format!("by an admin; unhealthy: {e}"),
-            _ => "by an admin".to_string(),
+            (Some(e), false) => format!("{by}; unhealthy: {e}"),
+            _ => by,
         };
         return ("cordoned", Some(why));
     }
@@ -299,6 +301,24 @@ fn state(u: &UpstreamStatus, best: u64) -> (&'static str, Option<String>) {
         return ("lagging", Some(why));
     }
     ("healthy", None)
+}
+
+/// Who cordons a node, in words: `by the file and the fleet`.
+fn cordoned_by(sources: &[&str]) -> String {
+    let who: Vec<&str> = sources
+        .iter()
+        .map(|s| match *s {
+            "file" => "the file",
+            "instance" => "an admin of this instance",
+            "fleet" => "the fleet",
+            other => other,
+        })
+        .collect();
+    match who.split_last() {
+        None => "by an admin".to_string(),
+        Some((last, [])) => format!("by {last}"),
+        Some((last, rest)) => format!("by {} and {last}", rest.join(", ")),
+    }
 }
 
 /// The `q` quantile (milliseconds) of the latencies observed between `then` and `now`,
@@ -458,6 +478,9 @@ struct UpstreamRow {
     network_id: Option<u32>,
     in_flight: usize,
     cordoned: bool,
+    /// As `/ext/health` says it (`file`, `instance`, `fleet`); absent when not cordoned.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    cordoned_by: Vec<&'static str>,
     takes_traffic: bool,
     calls_per_second: f64,
     errors_per_second: f64,
@@ -573,6 +596,17 @@ mod tests {
         assert_eq!(s.classes.get("immutable"), Some(&(5.0, 2.0)));
         assert_eq!((s.evictions, s.coalesced, s.limited), (1.0, 2.0, 3.0));
         assert_eq!(s.rate_limit_clients, Some(9.0));
+    }
+
+    #[test]
+    fn a_cordon_says_who_holds_it() {
+        assert_eq!(cordoned_by(&["file"]), "by the file");
+        assert_eq!(cordoned_by(&["file", "fleet"]), "by the file and the fleet");
+        assert_eq!(
+            cordoned_by(&["file", "instance", "fleet"]),
+            "by the file, an admin of this instance and the fleet"
+        );
+        assert_eq!(cordoned_by(&[]), "by an admin");
     }
 
     #[test]

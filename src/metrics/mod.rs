@@ -48,7 +48,7 @@ pub struct Metrics {
     pub upstream_network_mismatch: IntGaugeVec,
     /// Requests in flight per upstream.
     pub upstream_in_flight: IntGaugeVec,
-    /// 1 while an admin has the upstream cordoned (it takes no new calls).
+    /// 1 while the upstream is cordoned (by the file, an admin or the fleet: no new calls).
     pub upstream_cordoned: IntGaugeVec,
     /// 1 while the upstream is on hold because it throttled (HTTP 429, or 503 with `Retry-After`).
     pub upstream_throttled: IntGaugeVec,
@@ -251,7 +251,7 @@ impl Metrics {
         let upstream_cordoned = IntGaugeVec::new(
             Opts::new(
                 "snowgate_upstream_cordoned",
-                "1 while an admin has the upstream cordoned (no new calls), else 0",
+                "1 while the upstream is cordoned (by the file, an admin or the fleet: no new calls), else 0",
             ),
             &["upstream"],
         )

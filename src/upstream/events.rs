@@ -6,6 +6,7 @@
 //! [`crate::metrics::EventLog`]). A line names the node by its configured name and
 //! a fault by its category: never an address, a body or a library's error text.
 
+use super::cordons::By;
 use super::health::Fault;
 use crate::metrics::{Event, Metrics};
 
@@ -40,10 +41,11 @@ pub(super) enum NodeEvent {
     Replaced,
     /// A reload removed it.
     Removed,
-    /// An admin cordoned it: it takes no new calls (those in flight finish).
-    Cordoned,
-    /// An admin lifted its cordon.
-    Uncordoned,
+    /// Cordoned (by an admin, the file or the fleet), where nothing cordoned it: it takes no
+    /// new calls (those in flight finish).
+    Cordoned { by: By },
+    /// Its last cordon was lifted.
+    Uncordoned { by: By },
     /// It throttled (HTTP 429, or 503 with `Retry-After`): on hold this long, never ejected for it.
     Throttled { hold_ms: u64 },
 }
@@ -70,14 +72,14 @@ impl NodeEvent {
             NodeEvent::Added => "added",
             NodeEvent::Replaced => "replaced",
             NodeEvent::Removed => "removed",
-            NodeEvent::Cordoned => "cordoned",
-            NodeEvent::Uncordoned => "uncordoned",
+            NodeEvent::Cordoned { .. } => "cordoned",
+            NodeEvent::Uncordoned { .. } => "uncordoned",
             NodeEvent::Throttled { .. } => "throttled",
         }
     }
 
     /// The `reason` field and label: a fault's category, or `joined`, `recovered`, `lag`,
-    /// `network`, `reload`.
+    /// `network`, `reload`, and for a cordon who set or lifted it: `admin`, `file`, `fleet`.
     pub(super) fn reason(&self) -> String {
         match self {
             NodeEvent::Joined { .. } => "joined".into(),
@@ -86,7 +88,7 @@ impl NodeEvent {
             NodeEvent::Lagging { .. } | NodeEvent::InSync { .. } => "lag".into(),
             NodeEvent::NetworkMismatch { .. } | NodeEvent::NetworkUnknown => "network".into(),
             NodeEvent::Added | NodeEvent::Replaced | NodeEvent::Removed => "reload".into(),
-            NodeEvent::Cordoned | NodeEvent::Uncordoned => "admin".into(),
+            NodeEvent::Cordoned { by } | NodeEvent::Uncordoned { by } => by.reason().into(),
             NodeEvent::Throttled { .. } => "retry_after".into(),
         }
     }
@@ -119,8 +121,10 @@ impl NodeEvent {
             NodeEvent::Added => format!("{upstream} added by a reload"),
             NodeEvent::Replaced => format!("{upstream} replaced by a reload"),
             NodeEvent::Removed => format!("{upstream} removed by a reload"),
-            NodeEvent::Cordoned => format!("{upstream} cordoned: no new calls"),
-            NodeEvent::Uncordoned => format!("{upstream} uncordoned"),
+            NodeEvent::Cordoned { by } => {
+                format!("{upstream} cordoned by {}: no new calls", by.words())
+            }
+            NodeEvent::Uncordoned { by } => format!("{upstream} uncordoned by {}", by.words()),
             NodeEvent::Throttled { hold_ms } => {
                 format!("{upstream} throttled: no calls for {hold_ms} ms")
             }
@@ -185,8 +189,8 @@ pub(super) fn report(metrics: &Metrics, upstream: &str, event: NodeEvent) {
         NodeEvent::Added
         | NodeEvent::Replaced
         | NodeEvent::Removed
-        | NodeEvent::Cordoned
-        | NodeEvent::Uncordoned => {
+        | NodeEvent::Cordoned { .. }
+        | NodeEvent::Uncordoned { .. } => {
             tracing::info!(upstream = %upstream, state = %state, reason, "upstream state changed")
         }
     }

@@ -28,8 +28,12 @@
 //!   height takes no traffic, nor (with three or more nodes) one implausibly far ahead of it.
 //!   `probe.rs` runs the checks every `[health] interval` and applies what they find.
 //! * `status.rs`: [`PoolStatus`], what `/ext/health` shows of the pool; `events.rs`: a node's
-//!   state changes (joined, unhealthy and why, lagging, back, another network, a reload's), each
-//!   one log line and one count.
+//!   state changes (joined, unhealthy and why, lagging, back, another network, a reload's, a
+//!   cordon's), each one log line and one count.
+//! * `cordons.rs`: who cordons a node (the file, an admin of this instance, the fleet) and how
+//!   they combine, and the fleet's cordons in its Redis; `cordoning.rs` applies them to the nodes
+//!   (an admin's [`Pool::cordon`], the file's at start and on a reload, the fleet's every
+//!   `[health] interval`).
 //!
 //! What the public sees of a node's failure (a client's error, `/ext/health`) is a [`Fault`]
 //! category and the node's configured name; the logs may add its address, never a request's
@@ -37,7 +41,7 @@
 //! cannot answer a request before it has seen it.
 //!
 //! The library exports [`Pool`] (the gateway's handle; tests read its `status`, `best_height`
-//! and run `check_once`), [`UpstreamError`] (why a node cannot be set up, when the pool is built
+//! and run `check_once`), [`Cordoned`] (what an admin's cordon did), [`UpstreamError`] (why a node cannot be set up, when the pool is built
 //! or reloaded), [`PoolStatus`] and [`UpstreamStatus`] (`/ext/health`), [`conn`]
 //! (tests and the load benchmark's ceiling server drive the client directly), and [`Fault`] (in
 //! [`conn::SendError`]); everything else is internal. (A node's base URL is checked by
@@ -46,6 +50,8 @@
 mod answer;
 mod balance;
 pub mod conn;
+mod cordoning;
+mod cordons;
 mod events;
 mod health;
 mod identity;
@@ -57,6 +63,7 @@ mod secrets;
 mod select;
 mod status;
 
+pub use cordoning::Cordoned;
 pub use health::Fault;
 pub use node::UpstreamError;
 pub use pool::Pool;

@@ -13,6 +13,7 @@ use parking_lot::Mutex;
 
 use super::balance::{self, PeakEwma};
 use super::conn;
+use super::cordons::CordonedBy;
 use super::health::{Fault, HealthState};
 use super::pending::Pending;
 use crate::call::{Answer, AnswerKind, CacheStatus};
@@ -149,9 +150,12 @@ pub(crate) struct Upstream {
     /// Requests waiting for or holding a slot on this node, with their start times.
     pending: Mutex<Pending>,
     pub(super) in_flight: AtomicUsize,
-    /// An admin cordoned it: it takes no new calls (pinned ones excepted) until uncordoned. Kept
-    /// across reloads that keep the node.
+    /// Cordoned (by the file, an admin or the fleet): it takes no new calls (pinned ones
+    /// excepted) until no source cordons it. Kept across reloads that keep the name.
     pub(super) cordoned: std::sync::atomic::AtomicBool,
+    /// Who cordons it ([`CordonedBy`]'s bits): `cordoned` is whether any source does. Both are
+    /// set together, under the pool's cordon lock (`cordoning.rs`).
+    cordoned_by: std::sync::atomic::AtomicU8,
     /// Caps the requests in flight to this node (`[upstream] max_concurrency`).
     pub(super) permits: tokio::sync::Semaphore,
     /// This node's metric series, resolved once.
@@ -220,9 +224,20 @@ impl UpstreamMetrics {
 
 impl Upstream {
     /// Sets its cordon, and the gauge that shows it.
-    pub(super) fn set_cordoned(&self, on: bool) {
+    fn set_cordoned(&self, on: bool) {
         self.cordoned.store(on, Ordering::Relaxed);
         self.metrics.cordoned.set(i64::from(on));
+    }
+
+    /// Who cordons it now.
+    pub(super) fn cordoned_by(&self) -> CordonedBy {
+        CordonedBy::from_bits(self.cordoned_by.load(Ordering::Relaxed))
+    }
+
+    /// Sets who cordons it, its cordon (whether any does) and the gauge.
+    pub(super) fn set_cordoned_by(&self, by: CordonedBy) {
+        self.cordoned_by.store(by.bits(), Ordering::Relaxed);
+        self.set_cordoned(by.any());
     }
 
     pub(super) fn new(
@@ -286,6 +301,7 @@ impl Upstream {
             pending: Mutex::new(Pending::default()),
             in_flight: AtomicUsize::new(0),
             cordoned: std::sync::atomic::AtomicBool::new(false),
+            cordoned_by: std::sync::atomic::AtomicU8::new(0),
             permits: tokio::sync::Semaphore::new(forward.max_concurrency),
             metrics: UpstreamMetrics::new(metrics, &config.name),
             secrets,
@@ -296,7 +312,11 @@ impl Upstream {
 
     fn recipe(config: &UpstreamConfig, forward: &ForwardConfig) -> Recipe {
         Recipe {
-            table: config.clone(),
+            // The file's cordon is applied to the node in place (`cordoning.rs`): not a change.
+            table: UpstreamConfig {
+                cordoned: false,
+                ..config.clone()
+            },
             connect_timeout: forward.connect_timeout,
             pool_max_idle: forward.pool_max_idle,
             max_concurrency: forward.max_concurrency,

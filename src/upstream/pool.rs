@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::answer;
+use super::cordons::FleetCordons;
 use super::events::{self, Cause, NodeEvent};
 use super::health::{self, Fault, HealthState, Heights};
 use super::node::{answer_from, upstream_id, AttemptError, Upstream, UpstreamError, DEFAULT_HOLD};
@@ -36,7 +37,7 @@ pub struct Pool {
     pub(super) height_floor: AtomicU64,
     pub(super) height_ceiling: AtomicU64,
     /// Signalled whenever a concurrency slot is released anywhere in the pool.
-    slot_freed: tokio::sync::Notify,
+    pub(super) slot_freed: tokio::sync::Notify,
     /// Some primary takes traffic (healthy, admitted, not on hold, not cordoned): the fallbacks
     /// are on standby, checked at their own cadence. Judged after every check and every change
     /// that can take a primary out.
@@ -45,7 +46,9 @@ pub struct Pool {
     pub(super) fallbacks_wanted: Arc<tokio::sync::Notify>,
     /// Held by [`Pool::cordon`], and by a reload while it copies the cordons onto the nodes it
     /// publishes: no cordon is set between the copy and the publication, and lost.
-    cordon_lock: parking_lot::Mutex<()>,
+    pub(super) cordon_lock: parking_lot::Mutex<()>,
+    /// The fleet's cordons in its Redis (`[redis]`): set once, at start (`cordoning.rs`).
+    pub(super) fleet_cordons: std::sync::OnceLock<FleetCordons>,
     pub(super) metrics: Metrics,
     /// The network every node must be on: `[network] id`, or the one more than half of the nodes report.
     /// Set once, through [`Pool::set_network`].
@@ -83,6 +86,9 @@ pub struct PoolChanges {
     /// Same name, another URL, headers, role, weight or connection settings: a new node under the
     /// old name (its health checked afresh before it takes the old one's place).
     pub changed: Vec<String>,
+    /// Names the file cordons now (`[[upstreams]] cordoned` turned true), and no longer.
+    pub cordoned: Vec<String>,
+    pub uncordoned: Vec<String>,
 }
 
 impl Pool {
@@ -94,6 +100,7 @@ impl Pool {
         limits: &LimitsConfig,
         metrics: Metrics,
     ) -> Result<Pool, UpstreamError> {
+        let configs = upstreams;
         let upstreams = upstreams
             .iter()
             .map(|u| Upstream::new(u, &forward, &metrics).map(Arc::new))
@@ -104,7 +111,7 @@ impl Pool {
                 .with_label_values(&[&u.name])
                 .set(0);
         }
-        Ok(Pool {
+        let pool = Pool {
             members: ArcSwap::from_pointee(Members {
                 upstreams,
                 health,
@@ -121,12 +128,17 @@ impl Pool {
             primaries_serve: std::sync::atomic::AtomicBool::new(false),
             fallbacks_wanted: Arc::new(tokio::sync::Notify::new()),
             cordon_lock: parking_lot::Mutex::new(()),
+            fleet_cordons: std::sync::OnceLock::new(),
             metrics,
             network: std::sync::OnceLock::new(),
             network_settled: watch::Sender::new(None),
             network_judged: std::sync::atomic::AtomicBool::new(false),
             checks: Mutex::new(None),
-        })
+        };
+        // The file's cordons hold from the first call.
+        let members = pool.members();
+        pool.carry_cordons(&pool.cordon_lock.lock(), &[], &members.upstreams, configs);
+        Ok(pool)
     }
 
     /// The nodes and settings now.
@@ -160,7 +172,7 @@ impl Pool {
                     if let Some(o) = old.upstreams.iter().find(|o| o.name == u.name) {
                         // A cordon is the operator's word about the name: it stays on the
                         // node's new table until lifted.
-                        u.set_cordoned(o.cordoned.load(Ordering::Relaxed));
+                        u.set_cordoned_by(o.cordoned_by().carried(config.cordoned));
                         changes.changed.push(config.name.clone());
                     } else {
                         changes.added.push(config.name.clone());
@@ -201,10 +213,15 @@ impl Pool {
         {
             // The cordons as they are now (one may have been set while the new nodes were
             // checked), copied under the lock `cordon` takes, and published with the nodes.
-            let _cordons = self.cordon_lock.lock();
-            for u in &fresh {
-                if let Some(o) = old.upstreams.iter().find(|o| o.name == u.name) {
-                    u.set_cordoned(o.cordoned.load(Ordering::Relaxed));
+            // The file's own, for every node (`cordoning.rs`).
+            let cordons = self.cordon_lock.lock();
+            let by_file =
+                self.carry_cordons(&cordons, &old.upstreams, &candidate.upstreams, upstreams);
+            for (name, on) in by_file {
+                if on {
+                    changes.cordoned.push(name);
+                } else {
+                    changes.uncordoned.push(name);
                 }
             }
             self.members.store(Arc::new(candidate));
@@ -270,30 +287,6 @@ impl Pool {
             floor: self.height_floor.load(Ordering::Relaxed),
             ceiling: self.height_ceiling.load(Ordering::Relaxed),
         }
-    }
-
-    /// Cordons (`on`) or uncordons the upstream `name`: cordoned, it takes no new calls (those
-    /// in flight finish; pinned calls still reach it) and its health checks go on. `None` when no
-    /// upstream has that name; else whether it is cordoned now. Reported as a state change when
-    /// it changes anything.
-    pub fn cordon(&self, name: &str, on: bool) -> Option<bool> {
-        // A reload publishing new nodes copies the cordons under this lock (see the field).
-        let _cordons = self.cordon_lock.lock();
-        let members = self.members();
-        let upstream = Self::by_name(&members, name)?;
-        if upstream.cordoned.swap(on, Ordering::AcqRel) != on {
-            upstream.metrics.cordoned.set(i64::from(on));
-            let event = if on {
-                NodeEvent::Cordoned
-            } else {
-                NodeEvent::Uncordoned
-            };
-            events::report(&self.metrics, name, event);
-            // Calls queued for a slot look again: another node may take them.
-            self.slot_freed.notify_waiters();
-            self.judge_primaries(&members);
-        }
-        Some(on)
     }
 
     /// Finds an upstream by its configured name.

@@ -35,7 +35,7 @@ pub struct UpstreamStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
     pub in_flight: usize,
-    /// An admin cordoned it: it takes no new calls.
+    /// Cordoned (by the file, an admin or the fleet): it takes no new calls.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub cordoned: bool,
     /// On hold because it throttled (HTTP 429, or 503 with `Retry-After`): no calls until then.
@@ -45,6 +45,10 @@ pub struct UpstreamStatus {
     /// tried for it, and is checked at its own cadence.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub standby: bool,
+    /// Who cordons it, when cordoned: `file` (`[[upstreams]] cordoned`), `instance` (an admin of
+    /// this instance, not shared with the fleet), `fleet` (the fleet's Redis).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cordoned_by: Vec<&'static str>,
     /// Why its last check or request failed: a fixed category (`connect refused`, `timeout`,
     /// `http 500`, `bad answer`, `not bootstrapped`, ...), never an address or a body.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -80,7 +84,8 @@ impl Pool {
             .map(|u| {
                 let s = u.snapshot();
                 let identity = u.identity.lock().clone();
-                let cordoned = u.cordoned.load(Ordering::Relaxed);
+                let cordoned_by = u.cordoned_by();
+                let cordoned = cordoned_by.any();
                 let throttled = s.held(now);
                 let standby = u.fallback
                     && primaries_serve
@@ -103,6 +108,7 @@ impl Pool {
                     cordoned,
                     throttled,
                     standby,
+                    cordoned_by: cordoned_by.names(),
                     // A node that answers but is kept out for its network says so (one that
                     // fails its checks says why it fails).
                     last_error: match (s.last_error, s.network_unknown) {

@@ -35,6 +35,8 @@ pub struct Fleet {
     pub network: Network,
     pub nodes: Vec<DevNode>,
     pub gateways: Vec<Gateway>,
+    /// Each instance's config, for [`Fleet::restart`].
+    configs: Vec<Config>,
 }
 
 impl Fleet {
@@ -65,20 +67,31 @@ impl Fleet {
         let base = Config::from_toml(toml, "the fleet test's config")
             .unwrap_or_else(|e| panic!("{e}\n--- config:\n{toml}"));
         let mut gateways = Vec::new();
+        let mut configs = Vec::new();
         for i in 0..instances {
             let mut config = base.clone();
             super::test_gateway(&mut config, &devnodes);
             tweak(i, &mut config);
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let gateway = Gateway::start_on(config, listener)
-                .await
-                .unwrap_or_else(|e| panic!("instance {i} did not start: {e:#}"));
-            gateways.push(gateway);
+            configs.push(config.clone());
+            gateways.push(instance(i, config).await);
         }
         Fleet {
             network,
             nodes: devnodes,
             gateways,
+            configs,
+        }
+    }
+
+    /// Stops every instance, then starts new ones (new `Gateway`s, each on a fresh
+    /// `127.0.0.1:0`: nothing carried over but what the fleet's Redis holds) with the same
+    /// configs over the same nodes.
+    pub async fn restart(&mut self) {
+        for g in self.gateways.drain(..) {
+            g.shutdown().await;
+        }
+        for (i, config) in self.configs.iter().enumerate() {
+            self.gateways.push(instance(i, config.clone()).await);
         }
     }
 
@@ -147,6 +160,14 @@ impl Fleet {
             g.shutdown().await;
         }
     }
+}
+
+/// Instance `i` of a fleet, started from `config` on `127.0.0.1:0`.
+async fn instance(i: usize, config: Config) -> Gateway {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    Gateway::start_on(config, listener)
+        .await
+        .unwrap_or_else(|e| panic!("instance {i} did not start: {e:#}"))
 }
 
 /// The value of `series` (name and labels exactly as exposed) in a Prometheus text exposition;
