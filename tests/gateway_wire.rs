@@ -361,3 +361,44 @@ async fn http2_cleartext_is_served() {
     assert!(v["result"]["height"].is_string());
     c.gateway.shutdown().await;
 }
+
+/// The ProposerVM API under every P-chain route, as a node's router registers it: the node and
+/// snowgate answer it alike on all five, with the same access and cache rules.
+#[tokio::test]
+async fn proposervm_is_served_under_every_p_chain_route() {
+    let c = Cluster::start(1, BLOCK, |_| {}).await;
+    let node = &c.nodes[0];
+    let body = call("proposervm.getCurrentEpoch", "{}");
+    for path in snowgate::jsonrpc::http::PROPOSERVM_PATHS {
+        let direct = post(&format!("{}{path}", node.url()), &body).await;
+        assert_eq!(direct.status, 200, "{path}: {}", direct.body);
+        assert!(
+            direct.json().get("result").is_some(),
+            "{path}: {}",
+            direct.body
+        );
+        let through = post(&format!("{}{path}", c.url()), &body).await;
+        assert_eq!(through.status, 200, "{path}: {}", through.body);
+        assert!(
+            through.json().get("result").is_some(),
+            "{path}: {}",
+            through.body
+        );
+        // A method of another family is refused alike on each.
+        let wrong = post(
+            &format!("{}{path}", c.url()),
+            &call("platform.getHeight", "{}"),
+        )
+        .await;
+        assert!(
+            wrong.body.contains("is not served at"),
+            "{path}: {}",
+            wrong.body
+        );
+        // A path below it is no route, on either.
+        for base in [c.url(), node.url()] {
+            let r = post(&format!("{base}{path}/"), &body).await;
+            assert_eq!(r.status, 404, "{base}{path}/");
+        }
+    }
+}

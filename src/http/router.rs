@@ -576,7 +576,7 @@ mod tests {
                 "404 page not found\n",
             ),
             (
-                request(Method::POST, "/ext/P/proposervm", json, "{}"),
+                request(Method::POST, "/ext/P/proposervm/", json, "{}"),
                 404,
                 "404 page not found\n",
             ),

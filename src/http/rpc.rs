@@ -9,7 +9,7 @@ use http::Method;
 use super::record::Record;
 use super::Surface;
 use crate::call::Caller;
-use crate::jsonrpc::http::{HEALTH_PATH, INFO_PATH, PROPOSERVM_PATH, P_CHAIN_PATHS};
+use crate::jsonrpc::http::{HEALTH_PATH, INFO_PATH, PROPOSERVM_PATHS, P_CHAIN_PATHS};
 use crate::methods::Family;
 
 /// A JSON-RPC body that passed the HTTP checks, for the decoding layer.
@@ -63,11 +63,13 @@ pub fn is_rpc(surface: Surface, method: &Method, path: &str) -> bool {
 fn rpc_path(path: &str) -> Option<(Family, &'static str)> {
     match path {
         INFO_PATH => Some((Family::Info, INFO_PATH)),
-        PROPOSERVM_PATH => Some((Family::ProposerVm, PROPOSERVM_PATH)),
         HEALTH_PATH => Some((Family::Health, HEALTH_PATH)),
         _ => {
-            let known = P_CHAIN_PATHS.iter().find(|p| **p == path)?;
-            Some((Family::Platform, known))
+            if let Some(known) = P_CHAIN_PATHS.iter().find(|p| **p == path) {
+                return Some((Family::Platform, known));
+            }
+            let known = PROPOSERVM_PATHS.iter().find(|p| **p == path)?;
+            Some((Family::ProposerVm, known))
         }
     }
 }

@@ -30,10 +30,19 @@ pub const P_CHAIN_PATHS: [&str; 5] = [
     "/ext/bc/11111111111111111111111111111111LpoYY",
 ];
 
-/// The P-chain's ProposerVM service (avalanchego v1.14.0+): the chain's documented route plus
-/// `/proposervm`. Only this path: whether a node's other P-chain aliases reach the service too is
-/// not documented.
+/// The P-chain's ProposerVM service (avalanchego v1.14.0+) at its documented route: the one
+/// forwarded to.
 pub const PROPOSERVM_PATH: &str = "/ext/bc/P/proposervm";
+
+/// The ProposerVM service under each of the P-chain's five paths: a node's router registers
+/// every endpoint of a chain under each of the chain's aliases, so all five serve it alike.
+pub const PROPOSERVM_PATHS: [&str; 5] = [
+    PROPOSERVM_PATH,
+    "/ext/P/proposervm",
+    "/ext/platform/proposervm",
+    "/ext/bc/platform/proposervm",
+    "/ext/bc/11111111111111111111111111111111LpoYY/proposervm",
+];
 
 /// The node's health API (`health.*` over JSON-RPC on POST; a node's JSON report on GET).
 pub const HEALTH_PATH: &str = "/ext/health";

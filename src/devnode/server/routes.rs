@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 
-pub use crate::jsonrpc::http::P_CHAIN_PATHS;
+pub use crate::jsonrpc::http::{PROPOSERVM_PATHS, P_CHAIN_PATHS};
 
 /// Which health checks a health route reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,9 +24,9 @@ pub enum Route {
     Info,
     /// One of [`P_CHAIN_PATHS`]: JSON-RPC service `platform`, behind the bootstrapping gate.
     Platform,
-    /// `/ext/bc/P/proposervm`: JSON-RPC service `proposervm` (v1.14.0+), behind the
-    /// bootstrapping gate. Only the documented path: whether the other P-chain aliases reach it
-    /// on a real node is not verified (reference §5).
+    /// One of [`PROPOSERVM_PATHS`] (`/ext/bc/P/proposervm` and the same under the P-chain's
+    /// four aliases: a node's router registers each endpoint of a chain under every alias):
+    /// JSON-RPC service `proposervm` (v1.14.0+), behind the bootstrapping gate.
     ProposerVm,
     /// `/ext/health`: GET answers the health report, any other method is JSON-RPC `health.*`.
     Health,
@@ -38,7 +38,7 @@ pub enum Route {
 pub fn route(path: &[u8]) -> Option<Route> {
     Some(match path {
         b"/ext/info" => Route::Info,
-        b"/ext/bc/P/proposervm" => Route::ProposerVm,
+        p if PROPOSERVM_PATHS.iter().any(|r| r.as_bytes() == p) => Route::ProposerVm,
         b"/ext/health" => Route::Health,
         b"/ext/health/health" => Route::HealthReport(HealthKind::Health),
         b"/ext/health/readiness" => Route::HealthReport(HealthKind::Readiness),
