@@ -235,6 +235,7 @@ mod tests {
             in_flight: 0,
             cordoned: false,
             throttled: false,
+            cooling_methods: Vec::new(),
             standby: false,
             cordoned_by: Vec::new(),
             last_error: last_error.map(str::to_string),

@@ -19,7 +19,7 @@ use snowgate::gateway::ConfigSource;
 use snowgate::Gateway;
 use support::prometheus::{families, selectable, series_labels, Family};
 use support::redis::{RedisServer, SharedRedis};
-use support::{call, client, post};
+use support::{call, client, post, post_with};
 
 /// The dashboard, parsed.
 fn dashboard() -> Value {
@@ -565,6 +565,7 @@ async fn every_metric_the_dashboard_queries_is_exposed_by_a_live_gateway() {
     config.rate_limit.enabled = true;
     config.rate_limit.requests_per_second = 1;
     config.rate_limit.burst = 10;
+    config.health.method_failures = 1;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let source = ConfigSource::new(move || Ok(config.clone()));
     let gateway = Gateway::start_from(source, Some(listener)).await.unwrap();
@@ -591,6 +592,21 @@ async fn every_metric_the_dashboard_queries_is_exposed_by_a_live_gateway() {
         }
     }
     assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
+    // A node that keeps failing one method cools for it (admin calls: no quota spent).
+    nodes[0]
+        .control()
+        .update_faults(|f| f.failing_methods = vec!["platform.sampleValidators".into()]);
+    let auth = format!("Bearer {}", support::ADMIN_KEY);
+    for _ in 0..200 {
+        let sample = call("platform.sampleValidators", r#"{"size":"1"}"#);
+        post_with(&p_chain, &sample, &[("authorization", &auth)]).await;
+        if nodes[0].control().call_count("platform.sampleValidators") > 0 {
+            break;
+        }
+    }
+    nodes[0]
+        .control()
+        .update_faults(|f| f.failing_methods.clear());
     // A reload (the same config).
     gateway.reload().await.unwrap();
     // The shared tier's write is done in the background.

@@ -332,3 +332,60 @@ async fn a_p_chain_only_provider_joins_and_gets_no_info_call() {
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(provider.calls().keys().all(|m| !m.starts_with("info.")));
 }
+
+/// The per-method breaker: a node that keeps failing one method stops getting it for a while,
+/// keeps getting the others, and no client call fails for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_failing_one_method_cools_for_it_and_keeps_the_others() {
+    const BROKEN: &str = "platform.getCurrentSupply";
+    let cluster = Cluster::start(2, Duration::from_secs(60), |c| {
+        c.cache.enabled = false;
+        c.health.method_failures = 3;
+        // Longer than the test, however slow the machine.
+        c.health.method_cooldown = Duration::from_secs(600);
+        // The node is never ejected for it: its other methods keep answering in between.
+        c.health.passive_failures = 1000;
+    })
+    .await;
+    healthy(&cluster).await;
+    let broken = cluster.nodes[0].control();
+    broken.update_faults(|f| f.failing_methods = vec![BROKEN.to_string()]);
+    let url = format!("{}/ext/bc/P", cluster.url());
+    let supply = call(BROKEN, "{}");
+    let mut failed = Vec::new();
+    for _ in 0..100 {
+        for body in [&supply, &sample()] {
+            let r = post(&url, body).await;
+            if r.status != 200 || r.json().get("result").is_none() {
+                failed.push(r.body);
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{failed:?}");
+    // At most the three failures that cooled it; the other method still reaches it.
+    assert!(broken.call_count(BROKEN) <= 3, "{:?}", broken.calls());
+    let node = upstream(&cluster, "node-0");
+    assert!(node.healthy && node.takes_traffic, "{node:?}");
+    assert_eq!(node.cooling_methods, [BROKEN], "{node:?}");
+    let (_, _, metrics) = ask(
+        "GET",
+        &format!("{}/metrics", cluster.url()),
+        Some(ADMIN_KEY),
+    )
+    .await;
+    let series = format!(
+        r#"snowgate_upstream_method_cooldowns_total{{method="{BROKEN}",upstream="node-0"}}"#
+    );
+    assert_eq!(metric(&metrics, &series), 1.0, "{metrics}");
+    // With the only other node gone, the method is tried on the cooling node anyway: the breaker
+    // moves a method, it never refuses one.
+    cluster.nodes[1].control().set_bootstrapping(true);
+    assert!(
+        eventually(Duration::from_secs(60), || !upstream(&cluster, "node-1")
+            .takes_traffic)
+        .await
+    );
+    let calls = broken.call_count(BROKEN);
+    let _ = post(&url, &supply).await;
+    assert_eq!(broken.call_count(BROKEN), calls + 1);
+}

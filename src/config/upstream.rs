@@ -550,6 +550,12 @@ pub struct HealthConfig {
     /// The longest a node that throttles (HTTP 429, or 503 with `Retry-After`) is left alone for:
     /// its `Retry-After`, at most this (1 s when it gives none).
     pub max_hold_off: Duration,
+    /// Failures of one method in a row on one node (timeouts, 5xx, invalid answers; never the
+    /// method's own JSON-RPC errors) before the node stops getting that method for
+    /// `method_cooldown`, while it keeps getting the others.
+    pub method_failures: u32,
+    /// How long a node is not sent a method it kept failing.
+    pub method_cooldown: Duration,
 }
 
 impl Default for HealthConfig {
@@ -575,6 +581,9 @@ struct HealthFile {
     passive_failures: u32,
     #[serde(with = "super::duration")]
     max_hold_off: Duration,
+    method_failures: u32,
+    #[serde(with = "super::duration")]
+    method_cooldown: Duration,
 }
 
 impl Default for HealthFile {
@@ -587,6 +596,8 @@ impl Default for HealthFile {
             recovery_threshold: 2,
             passive_failures: 5,
             max_hold_off: Duration::from_secs(60),
+            method_failures: 5,
+            method_cooldown: Duration::from_secs(30),
         }
     }
 }
@@ -603,6 +614,8 @@ impl From<HealthFile> for HealthConfig {
             recovery_threshold: file.recovery_threshold,
             passive_failures: file.passive_failures,
             max_hold_off: file.max_hold_off,
+            method_failures: file.method_failures,
+            method_cooldown: file.method_cooldown,
         }
     }
 }
@@ -632,6 +645,12 @@ impl HealthConfig {
         }
         if self.max_hold_off < Duration::from_secs(1) {
             return invalid("health.max_hold_off", "must be at least 1s");
+        }
+        if self.method_failures == 0 {
+            return invalid("health.method_failures", "must be at least 1");
+        }
+        if self.method_cooldown.is_zero() {
+            return invalid("health.method_cooldown", "must be greater than zero");
         }
         Ok(())
     }

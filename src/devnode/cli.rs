@@ -99,6 +99,7 @@ impl DevnodeArgs {
                 frozen: self.frozen,
                 bootstrapping: self.bootstrapping,
                 no_info_api: false,
+                failing_methods: Vec::new(),
             },
         })
     }

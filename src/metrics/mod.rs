@@ -52,6 +52,8 @@ pub struct Metrics {
     pub upstream_cordoned: IntGaugeVec,
     /// 1 while the upstream is on hold because it throttled (HTTP 429, or 503 with `Retry-After`).
     pub upstream_throttled: IntGaugeVec,
+    /// Cooling periods a node earned for one method it kept failing (the per-method breaker).
+    pub upstream_method_cooldowns: IntCounterVec,
     /// Changes of an upstream's state, by the state it went to and why (as logged).
     pub upstream_state_changes: IntCounterVec,
     /// Best accepted height in the pool.
@@ -264,6 +266,14 @@ impl Metrics {
             &["upstream"],
         )
         .expect("static metric definition is valid");
+        let upstream_method_cooldowns = IntCounterVec::new(
+            Opts::new(
+                "snowgate_upstream_method_cooldowns_total",
+                "Times a node stopped getting one method it kept failing, for [health] method_cooldown",
+            ),
+            &["upstream", "method"],
+        )
+        .expect("static metric definition is valid");
         let best_height = IntGauge::new("snowgate_best_height", "Best P-chain height in the pool")
             .expect("static metric definition is valid");
         let body_buffered = IntGauge::new(
@@ -452,6 +462,7 @@ impl Metrics {
             Box::new(upstream_in_flight.clone()),
             Box::new(upstream_cordoned.clone()),
             Box::new(upstream_throttled.clone()),
+            Box::new(upstream_method_cooldowns.clone()),
             Box::new(upstream_state_changes.clone()),
             Box::new(best_height.clone()),
             Box::new(body_buffered.clone()),
@@ -538,6 +549,7 @@ impl Metrics {
             upstream_in_flight,
             upstream_cordoned,
             upstream_throttled,
+            upstream_method_cooldowns,
             upstream_state_changes,
             best_height,
             body_buffered,

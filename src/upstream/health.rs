@@ -329,6 +329,66 @@ impl Heights {
     }
 }
 
+/// One method's run of failures on one node, and the cooling period it earned (the per-method
+/// breaker): a node that keeps failing one method stops getting it for a while and keeps
+/// getting the others.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct MethodRun {
+    /// Failures of the method in a row.
+    pub(crate) failures: u32,
+    /// Not sent the method until then.
+    pub(crate) cool_until: Option<std::time::Instant>,
+}
+
+impl MethodRun {
+    /// Whether the node is not sent the method at `now`.
+    pub(crate) fn cooling(&self, now: std::time::Instant) -> bool {
+        self.cool_until.is_some_and(|until| until > now)
+    }
+
+    /// A call of the method failed with `fault` at `now`: `threshold` failures in a row cool it
+    /// for `cooldown`. Returns whether this failure started a cooling period.
+    pub(crate) fn failed(
+        &mut self,
+        fault: Fault,
+        now: std::time::Instant,
+        threshold: u32,
+        cooldown: std::time::Duration,
+    ) -> bool {
+        if !fault.counts_against_method() || self.cooling(now) {
+            return false;
+        }
+        self.failures = self.failures.saturating_add(1);
+        if self.failures < threshold {
+            return false;
+        }
+        self.failures = 0;
+        self.cool_until = Some(now + cooldown);
+        true
+    }
+
+    /// Whether the run can be forgotten after a good answer at `now` (not cooling).
+    pub(crate) fn over(&self, now: std::time::Instant) -> bool {
+        !self.cooling(now)
+    }
+}
+
+impl Fault {
+    /// Whether a call that failed this way counts against the node for its method (the
+    /// per-method breaker): a timeout, a 5xx, a connection lost or an answer that is not one.
+    /// Not a connection refused (the node, not the method: its checks judge it), a throttle, a
+    /// refusal of the request's size, an answer over snowgate's bound (the client asked for it)
+    /// or the method's own JSON-RPC errors (answers, not failures).
+    pub(crate) fn counts_against_method(self) -> bool {
+        match self {
+            Fault::Timeout | Fault::ConnectionLost | Fault::InvalidHttp | Fault::BadAnswer => true,
+            Fault::Http(status) => (500..=599).contains(&status),
+            Fault::RefusedSmallBody => true,
+            _ => false,
+        }
+    }
+}
+
 /// How long a node's checker waits before its next check: its own `health_interval`, else
 /// `[health] interval` (`pool`); a fallback on standby (a primary can serve) at its own cadence,
 /// [`FALLBACK_INTERVAL`](crate::config::upstream::FALLBACK_INTERVAL) when it has none, and once
@@ -389,6 +449,34 @@ mod tests {
         assert_eq!(
             check_interval(Some(Duration::from_millis(300)), true, false, pool),
             Duration::from_millis(300)
+        );
+    }
+
+    #[test]
+    fn a_method_cools_after_its_failures_in_a_row_and_only_for_failures_of_its_own() {
+        use std::time::{Duration, Instant};
+        let (now, cool) = (Instant::now(), Duration::from_secs(30));
+        let mut run = MethodRun::default();
+        for fault in [
+            Fault::ConnectRefused,
+            Fault::Throttled,
+            Fault::Http(413),
+            Fault::TooLarge(1),
+        ] {
+            assert!(!run.failed(fault, now, 1, cool), "{fault:?}");
+        }
+        assert_eq!(run.failures, 0);
+        assert!(!run.failed(Fault::Timeout, now, 3, cool));
+        assert!(!run.failed(Fault::Http(502), now, 3, cool));
+        assert!(
+            run.failed(Fault::BadAnswer, now, 3, cool),
+            "the third in a row"
+        );
+        assert!(run.cooling(now) && !run.cooling(now + cool));
+        assert!(!run.failed(Fault::Timeout, now, 1, cool), "already cooling");
+        assert!(
+            run.failed(Fault::Timeout, now + cool, 1, cool),
+            "cooled again once it ended"
         );
     }
 

@@ -143,6 +143,11 @@ pub(crate) struct Upstream {
     pub(crate) info_api: bool,
     /// `health_interval`: how often it is checked instead of `[health] interval`.
     pub(super) health_interval: Option<Duration>,
+    /// The per-method breaker: runs of failures by method (its registry index, with its name for
+    /// `/ext/health`); only methods that failed lately are here.
+    methods: Mutex<std::collections::HashMap<usize, (Arc<str>, super::health::MethodRun)>>,
+    /// How many entries `methods` has: read without its lock on the common path (none).
+    methods_tracked: AtomicUsize,
     pub(super) state: Mutex<HealthState>,
     /// Its network and version, as it last said.
     pub(super) identity: Mutex<super::identity::Identity>,
@@ -295,6 +300,8 @@ impl Upstream {
             weight: config.weight.max(1),
             info_api: config.serves_info(),
             health_interval: config.health_interval,
+            methods: Mutex::new(std::collections::HashMap::new()),
+            methods_tracked: AtomicUsize::new(0),
             state: Mutex::new(HealthState::default()),
             identity: Mutex::new(super::identity::Identity::default()),
             ewma: Mutex::new(PeakEwma::new(Instant::now())),
@@ -405,6 +412,72 @@ impl Upstream {
             return Err(AttemptError::new(fault, format!("HTTP status {status}")));
         }
         Ok(reply.body)
+    }
+
+    /// Whether the method of registry index `method` is cooling on this node at `now`.
+    pub(super) fn method_cooling(&self, method: usize, now: Instant) -> bool {
+        if self.methods_tracked.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        self.methods
+            .lock()
+            .get(&method)
+            .is_some_and(|(_, run)| run.cooling(now))
+    }
+
+    /// A call of `spec` failed with `fault` at `now`; whether that started a cooling period
+    /// (`threshold` failures in a row, for `cooldown`).
+    pub(super) fn method_failed(
+        &self,
+        spec: &crate::methods::MethodSpec,
+        fault: Fault,
+        now: Instant,
+        threshold: u32,
+        cooldown: Duration,
+    ) -> bool {
+        if !fault.counts_against_method() {
+            return false;
+        }
+        let mut methods = self.methods.lock();
+        let (_, run) = methods
+            .entry(spec.index)
+            .or_insert_with(|| (spec.name.as_str().into(), Default::default()));
+        let opened = run.failed(fault, now, threshold, cooldown);
+        self.methods_tracked.store(methods.len(), Ordering::Relaxed);
+        opened
+    }
+
+    /// A call of the method of registry index `method` was answered: its run of failures ends
+    /// (a cooling period runs its course).
+    pub(super) fn method_answered(&self, method: usize, now: Instant) {
+        if self.methods_tracked.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut methods = self.methods.lock();
+        if methods.get(&method).is_some_and(|(_, run)| run.over(now)) {
+            methods.remove(&method);
+        }
+        self.methods_tracked.store(methods.len(), Ordering::Relaxed);
+    }
+
+    /// Forgets every method's run (the node left the pool or came back: what failed then was the
+    /// node, not a method).
+    pub(super) fn forget_method_runs(&self) {
+        self.methods.lock().clear();
+        self.methods_tracked.store(0, Ordering::Relaxed);
+    }
+
+    /// The methods cooling on this node at `now`, by name.
+    pub(super) fn cooling_methods(&self, now: Instant) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .methods
+            .lock()
+            .values()
+            .filter(|(_, run)| run.cooling(now))
+            .map(|(name, _)| name.to_string())
+            .collect();
+        names.sort();
+        names
     }
 
     pub(super) fn snapshot(&self) -> HealthState {

@@ -327,6 +327,7 @@ impl Pool {
                     weight: u.weight,
                     serves,
                     has_api: !info || u.info_api,
+                    cooling: u.method_cooling(spec.index, now),
                     standby: u.fallback && primaries_serve,
                 }
             })
@@ -380,7 +381,10 @@ impl Pool {
         };
         handles.requests.inc(0, &[&upstream.name], outcome);
         match &result {
-            Ok(_) => upstream.state.lock().passive_success(),
+            Ok(_) => {
+                upstream.state.lock().passive_success();
+                upstream.method_answered(call.spec.index, ended);
+            }
             Err(e) if e.fault == Fault::Throttled => {
                 // Throttled is not down: held, never counted against it (see `Pool::hold`).
                 self.hold(upstream, e.wait.unwrap_or(DEFAULT_HOLD), &members.health);
@@ -393,6 +397,17 @@ impl Pool {
             Err(e) => {
                 // The detail may name the node's address; it never holds a body or params.
                 tracing::warn!(request_id = call.caller.request_id(), upstream = %upstream.name, fault = %e.fault, detail = %e.detail, "upstream attempt failed");
+                let health = &members.health;
+                let (failures, cooldown) = (health.method_failures, health.method_cooldown);
+                if upstream.method_failed(&call.spec, e.fault, ended, failures, cooldown) {
+                    let method = call.spec.name.as_str();
+                    let cooldown_ms = u64::try_from(cooldown.as_millis()).unwrap_or(u64::MAX);
+                    tracing::warn!(upstream = %upstream.name, method, fault = %e.fault, failures, cooldown_ms, "upstream method cooling down: the node keeps failing it, and gets the other methods");
+                    self.metrics
+                        .upstream_method_cooldowns
+                        .with_label_values(&[&upstream.name, method])
+                        .inc();
+                }
                 let ejected = {
                     let mut s = upstream.state.lock();
                     s.passive_failure(e.fault, members.health.passive_failures)
@@ -408,6 +423,7 @@ impl Pool {
                     };
                     events::report(&self.metrics, &upstream.name, event);
                     handles.healthy.set(0);
+                    upstream.forget_method_runs();
                     self.judge_primaries(members);
                 }
             }

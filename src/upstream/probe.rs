@@ -154,6 +154,11 @@ impl Pool {
             let mut s = upstream.state.lock();
             let (was, first) = (s.healthy, !s.checked);
             s.record(check, thresholds);
+            if was != s.healthy {
+                // Out of the pool or back: a method's failures while the whole node failed say
+                // nothing of the method.
+                upstream.forget_method_runs();
+            }
             if !was && s.healthy {
                 // Back in the pool: forget the latencies of its failures.
                 *upstream.ewma.lock() = PeakEwma::new(Instant::now());
@@ -512,6 +517,7 @@ impl Pool {
         let _ = m.upstream_in_flight.remove_label_values(&[name]);
         let _ = m.upstream_cordoned.remove_label_values(&[name]);
         let _ = m.upstream_throttled.remove_label_values(&[name]);
+        forget_cooldowns(m, name);
         let _ = m.upstream_latency.remove_label_values(&[name]);
         let _ = m.upstream_network_mismatch.remove_label_values(&[name]);
         events::forget(m, name);
@@ -596,6 +602,29 @@ impl Pool {
                     .upstream_height
                     .with_label_values(&[name])
                     .set(h as i64);
+            }
+        }
+    }
+}
+
+/// Drops the `snowgate_upstream_method_cooldowns_total` series of `upstream` (one per method it
+/// ever cooled).
+fn forget_cooldowns(metrics: &crate::metrics::Metrics, upstream: &str) {
+    use prometheus::core::Collector;
+    let counters = &metrics.upstream_method_cooldowns;
+    for family in counters.collect() {
+        for metric in family.get_metric() {
+            let label = |name: &str| {
+                metric
+                    .get_label()
+                    .iter()
+                    .find(|l| l.get_name() == name)
+                    .map(|l| l.get_value().to_string())
+            };
+            if label("upstream").as_deref() == Some(upstream) {
+                if let Some(method) = label("method") {
+                    let _ = counters.remove_label_values(&[upstream, &method]);
+                }
             }
         }
     }

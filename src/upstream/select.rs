@@ -48,6 +48,9 @@ pub(crate) struct NodeView {
     pub(crate) serves: bool,
     /// It serves the call's API (`[[upstreams]] apis`: a P-chain-only provider has no info API).
     pub(crate) has_api: bool,
+    /// The call's method is cooling on it (the per-method breaker): not sent while another node
+    /// may take the call.
+    pub(crate) cooling: bool,
     /// A fallback on standby (a primary can serve): checked at its own slow cadence, so its last
     /// height is not judged against the pool's (it takes a call only once every primary was
     /// tried for it, and is checked at once when the primaries cannot serve).
@@ -76,9 +79,13 @@ pub(crate) fn choose(
     load: impl Fn(usize) -> f64,
     rng: &mut impl Rng,
 ) -> Choice {
-    let usable_node = |n: &NodeView| {
+    let able = |n: &NodeView| {
         !n.tried && n.has_api && n.serves && n.healthy && (n.standby || heights.admits(n.height))
     };
+    // A method cooling on a node goes elsewhere while another node may take it; cooling on every
+    // one, it is tried anyway (the breaker moves a method, it never refuses one).
+    let warm = nodes.iter().any(|n| able(n) && !n.cooling);
+    let usable_node = |n: &NodeView| able(n) && (!n.cooling || !warm);
     // Fallbacks only while no primary is usable (a busy primary is waited for, not spilled over).
     let primaries = nodes.iter().any(|n| !n.fallback && usable_node(n));
     let usable = |n: &NodeView| usable_node(n) && n.fallback != primaries;
@@ -133,6 +140,7 @@ mod tests {
             weight: 1,
             serves: true,
             has_api: true,
+            cooling: false,
             standby: false,
         }
     }
@@ -314,6 +322,7 @@ mod tests {
                     weight,
                     serves,
                     has_api: true,
+                    cooling: false,
                     standby: false,
                 }
             })

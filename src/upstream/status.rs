@@ -41,6 +41,9 @@ pub struct UpstreamStatus {
     /// On hold because it throttled (HTTP 429, or 503 with `Retry-After`): no calls until then.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub throttled: bool,
+    /// Methods it is not sent for now: it kept failing them (the per-method breaker).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cooling_methods: Vec<String>,
     /// A healthy fallback while a primary serves: it takes a call only once every primary was
     /// tried for it, and is checked at its own cadence.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -107,6 +110,7 @@ impl Pool {
                     in_flight: u.in_flight.load(Ordering::Relaxed),
                     cordoned,
                     throttled,
+                    cooling_methods: u.cooling_methods(now),
                     standby,
                     cordoned_by: cordoned_by.names(),
                     // A node that answers but is kept out for its network says so (one that

@@ -47,6 +47,9 @@ pub struct Faults {
     pub bootstrapping: bool,
     /// The info API answers 404, as a provider that exposes only the P-chain (`/ext/bc/P`).
     pub no_info_api: bool,
+    /// Methods (as requests name them) answered HTTP 500 while every other method is served: a
+    /// node broken for one method only.
+    pub failing_methods: Vec<String>,
 }
 
 impl Faults {
@@ -169,6 +172,12 @@ impl FaultState {
         self.current.borrow().clone()
     }
 
+    /// Whether requests for `method` are answered 500 (`failing_methods`).
+    pub fn fails_method(&self, method: &str) -> bool {
+        let current = self.current.borrow();
+        !current.failing_methods.is_empty() && current.failing_methods.iter().any(|m| m == method)
+    }
+
     /// Whether the info API answers 404 (a P-chain-only provider).
     pub fn no_info_api(&self) -> bool {
         self.no_info_api.load(Ordering::Acquire)
@@ -259,7 +268,7 @@ mod tests {
         let text = serde_json::to_string(&Faults::default()).unwrap();
         assert_eq!(
             text,
-            r#"{"latency":"0s","jitter":"0s","error_rate":0.0,"drop_rate":0.0,"throttle_rate":0.0,"retry_after":null,"hang":false,"frozen":false,"bootstrapping":false,"no_info_api":false}"#
+            r#"{"latency":"0s","jitter":"0s","error_rate":0.0,"drop_rate":0.0,"throttle_rate":0.0,"retry_after":null,"hang":false,"frozen":false,"bootstrapping":false,"no_info_api":false,"failing_methods":[]}"#
         );
     }
 

@@ -92,6 +92,13 @@ fn answer(node: &NodeState, service: Service, body: &[u8]) -> Resp {
                 false,
             )
         }
+        Verdict::Call if node.faults.fails_method(&env.method) => {
+            node.calls.record(&env.method);
+            return reply::rpc_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "devnode: injected fault for this method\n",
+            );
+        }
         Verdict::Call => {
             node.calls.record(&env.method);
             dispatch(node, service, &env.method, env.params.as_ref(), id)
