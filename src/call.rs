@@ -64,6 +64,11 @@ impl Caller {
 pub trait BestHeight: Send + Sync {
     /// The highest height a quorum of healthy nodes has reached.
     fn best_height(&self) -> u64;
+
+    /// The one release every node that takes traffic runs (`avalanchego/1.14.2`); `None` while
+    /// they run several, or one's is not known: an answer that depends on the release is then
+    /// not cached.
+    fn release(&self) -> Option<String>;
 }
 
 /// Whether a call would be answered from the cache, asked by the rate limiter (a hit is charged

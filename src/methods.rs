@@ -130,6 +130,9 @@ pub struct MethodSpec {
     pub height_param: Option<String>,
     /// Has a side effect: sent again to another node only when the first attempt never left.
     pub side_effect: bool,
+    /// Its answer depends on the node's release, not only on the network (`info.upgrades`: a
+    /// release schedules the upgrades it knows of): cached per release, never across releases.
+    pub by_release: bool,
     /// Time one attempt on one node may take, instead of `upstream.request_timeout` (still
     /// within `limits.request_deadline`): for methods known to be slow.
     pub timeout: Option<std::time::Duration>,
@@ -346,6 +349,7 @@ impl Registry {
                         cost,
                         height_param: height.map(str::to_string),
                         side_effect: name == "platform.issueTx",
+                        by_release: name == "info.upgrades",
                         timeout: None,
                         served: builtin_served(name),
                         index: 0,
@@ -398,6 +402,7 @@ impl Registry {
                 cost: 1,
                 height_param: None,
                 side_effect: false,
+                by_release: false,
                 timeout: None,
                 served: Served::ALWAYS,
                 index: 0,
@@ -411,6 +416,7 @@ impl Registry {
                 cost: o.cost.unwrap_or(base.cost),
                 height_param: o.height_param.clone().or(base.height_param),
                 side_effect: o.side_effect.unwrap_or(base.side_effect),
+                by_release: base.by_release,
                 timeout: o.timeout.or(base.timeout),
                 served: Served {
                     since: set.since.or(base.served.since),

@@ -151,6 +151,10 @@ impl BestHeight for Pool {
     fn best_height(&self) -> u64 {
         Pool::best_height(self)
     }
+
+    fn release(&self) -> Option<String> {
+        Pool::release(self)
+    }
 }
 
 /// Everything the layers share between connections.

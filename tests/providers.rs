@@ -389,3 +389,185 @@ async fn a_node_failing_one_method_cools_for_it_and_keeps_the_others() {
     let _ = post(&url, &supply).await;
     assert_eq!(broken.call_count(BROKEN), calls + 1);
 }
+
+/// Hedged reads: a read whose first node has not answered after `hedge_after` goes to a second
+/// node too; the first answer wins and the other attempt is cancelled; a side-effect method is
+/// never sent twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_read_is_hedged_and_the_loser_cancelled_a_side_effect_never() {
+    let cluster = Cluster::start(2, Duration::from_secs(60), |c| {
+        c.cache.enabled = false;
+        c.upstream.hedge_after = Some(Duration::from_millis(50));
+        c.upstream.hedge_max_ratio = 1.0;
+        c.upstream.request_timeout = Duration::from_secs(1);
+        // node-0 is every call's first choice.
+        c.upstreams[0].weight = 1000;
+    })
+    .await;
+    healthy(&cluster).await;
+    let slow = cluster.nodes[0].control();
+    // Its answers never come (until the test ends): only a hedge can answer.
+    slow.update_faults(|f| f.hang = true);
+    let url = format!("{}/ext/bc/P", cluster.url());
+    for _ in 0..3 {
+        let r = post(&url, &sample()).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        // The loser was dropped when the winner answered: nothing of it is in flight.
+        assert_eq!(upstream(&cluster, "node-0").in_flight, 0);
+    }
+    assert_eq!(
+        cluster.nodes[1]
+            .control()
+            .call_count("platform.sampleValidators"),
+        3
+    );
+    let (_, _, metrics) = ask(
+        "GET",
+        &format!("{}/metrics", cluster.url()),
+        Some(ADMIN_KEY),
+    )
+    .await;
+    assert_eq!(
+        metric(&metrics, r#"snowgate_hedges_total{outcome="sent"}"#),
+        3.0
+    );
+    assert_eq!(
+        metric(&metrics, r#"snowgate_hedges_total{outcome="won"}"#),
+        3.0
+    );
+    // Never cancelled: the hung node's health is not held against it.
+    assert!(upstream(&cluster, "node-0").healthy);
+    // A side effect goes to one node, once: the first node's timeout is the client's answer.
+    let tx = call("platform.issueTx", r#"{"tx":"0x00","encoding":"hex"}"#);
+    let r = post(&url, &tx).await;
+    assert_eq!(r.status, 504, "{}", r.body);
+    assert_eq!(cluster.nodes[1].control().call_count("platform.issueTx"), 0);
+    slow.update_faults(|f| f.hang = false);
+}
+
+/// With no budget (`hedge_max_ratio = 0`), a slow read is never hedged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_budget_no_read_is_hedged() {
+    let cluster = Cluster::start(2, Duration::from_secs(60), |c| {
+        c.cache.enabled = false;
+        c.upstream.hedge_after = Some(Duration::from_millis(50));
+        c.upstream.hedge_max_ratio = 0.0;
+        c.upstream.request_timeout = Duration::from_millis(500);
+        c.upstream.max_attempts = 1;
+        c.upstreams[0].weight = 1000;
+    })
+    .await;
+    healthy(&cluster).await;
+    cluster.nodes[0].control().update_faults(|f| f.hang = true);
+    let r = post(&format!("{}/ext/bc/P", cluster.url()), &sample()).await;
+    assert_eq!(r.status, 504, "{}", r.body);
+    assert_eq!(
+        cluster.nodes[1]
+            .control()
+            .call_count("platform.sampleValidators"),
+        0
+    );
+    let (_, _, metrics) = ask(
+        "GET",
+        &format!("{}/metrics", cluster.url()),
+        Some(ADMIN_KEY),
+    )
+    .await;
+    assert_eq!(
+        metric(&metrics, r#"snowgate_hedges_total{outcome="no_budget"}"#),
+        1.0
+    );
+    cluster.nodes[0].control().update_faults(|f| f.hang = false);
+}
+
+/// `info.upgrades` depends on the node's release (a v1.15 Fuji node schedules Helicon, a v1.14
+/// one says 9999): cached per release, never while the nodes taking traffic run several.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_that_depends_on_the_release_is_cached_per_release() {
+    use snowgate::methods::NodeVersion;
+    let (_network, nodes) = support::devnodes(5, 2, Duration::from_secs(60)).await;
+    let mut config = snowgate::Config::default();
+    support::test_gateway(&mut config, &nodes);
+    let gateway = snowgate::Gateway::start(config).await.unwrap();
+    support::every_node_takes_traffic(&gateway).await;
+    let url = format!("{}/ext/info", gateway.url());
+    let upgrades = call("info.upgrades", "{}");
+    let helicon = |r: &support::Reply| {
+        r.json()["result"]["heliconTime"]
+            .as_str()
+            .map(str::to_string)
+    };
+    let first = post(&url, &upgrades).await;
+    let again = post(&url, &upgrades).await;
+    assert_eq!(again.header("x-cache"), Some("HIT"), "one release: cached");
+    assert_eq!(helicon(&first).as_deref(), Some("9999-12-01T00:00:00Z"));
+    assert_eq!(helicon(&again), helicon(&first));
+    let pool = gateway.pool().clone();
+    let runs = |name: &str, version: &str| {
+        pool.status()
+            .upstreams
+            .iter()
+            .any(|u| u.name == name && u.takes_traffic && u.version.as_deref() == Some(version))
+    };
+    // An upgrade is a restart: the node leaves (a check fails), and comes back on the new release.
+    let upgrade = |i: usize| {
+        let (node, pool) = (&nodes[i], pool.clone());
+        async move {
+            node.control().go_down().await;
+            let name = format!("node-{i}");
+            let failed = || {
+                pool.status()
+                    .upstreams
+                    .iter()
+                    .any(|u| u.name == name && u.last_error.is_some())
+            };
+            assert!(eventually(Duration::from_secs(60), failed).await);
+            node.control().set_version(NodeVersion::new(1, 15, 0));
+            node.control().come_up().await.unwrap();
+        }
+    };
+    upgrade(1).await;
+    assert!(
+        eventually(Duration::from_secs(60), || runs(
+            "node-1",
+            "avalanchego/1.15.0"
+        ))
+        .await,
+        "{:?}",
+        pool.status()
+    );
+    assert!(runs("node-0", "avalanchego/1.14.2"));
+    // Mixed: every answer is its node's own, none from the cache.
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..20 {
+        let r = post(&url, &upgrades).await;
+        assert_eq!(r.header("x-cache"), Some("BYPASS"), "{}", r.body);
+        seen.insert(helicon(&r).unwrap_or_default());
+    }
+    assert!(
+        seen.iter()
+            .all(|h| h == "9999-12-01T00:00:00Z" || h == "2026-07-28T15:00:00Z"),
+        "{seen:?}"
+    );
+    // One release again, the new one: its own answer, cached under it.
+    upgrade(0).await;
+    assert!(
+        eventually(Duration::from_secs(60), || runs(
+            "node-0",
+            "avalanchego/1.15.0"
+        ) && runs(
+            "node-1",
+            "avalanchego/1.15.0"
+        ))
+        .await,
+        "{:?}",
+        pool.status()
+    );
+    let fresh = post(&url, &upgrades).await;
+    assert_eq!(fresh.header("x-cache"), Some("MISS"), "{}", fresh.body);
+    assert_eq!(helicon(&fresh).as_deref(), Some("2026-07-28T15:00:00Z"));
+    let again = post(&url, &upgrades).await;
+    assert_eq!(again.header("x-cache"), Some("HIT"));
+    assert_eq!(helicon(&again), helicon(&fresh));
+    gateway.shutdown().await;
+}

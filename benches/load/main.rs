@@ -32,7 +32,8 @@
 //! never talks to anything but 127.0.0.1, stops every process it started when it ends or fails,
 //! and a watchdog ends the run after 20 minutes (10 for the fleet section alone) whatever happens.
 //!
-//! `LOAD_ONLY=fleet` runs the fleet section alone (a few minutes; its knobs are in [`fleet`]).
+//! `LOAD_ONLY=fleet` runs the fleet section alone (a few minutes; its knobs are in [`fleet`]);
+//! `LOAD_ONLY=hedge` the hedged-reads section ([`hedge`], a minute).
 //!
 //! `LOAD_AB=/path/a,/path/b` runs the A/B mode instead of the full table: two snowgate builds
 //! compared in alternating rounds ([`ab`]).
@@ -44,6 +45,7 @@ mod ab;
 mod ceiling;
 mod client;
 mod fleet;
+mod hedge;
 mod nginx;
 mod procs;
 mod wrk;
@@ -479,9 +481,24 @@ fn run() -> Result<(), String> {
             }
             return Ok(());
         }
+        Ok("hedge") => {
+            eprintln!(
+                "hedge section alone: servers on CPUs [{}], clients on this process's; temp dir {}",
+                pin.server,
+                dir.display()
+            );
+            let mut out = format!(
+                "\n## snowgate load benchmark: the hedge section, {}\n\n{}.\n",
+                now_utc(),
+                machine()
+            );
+            out.push_str(&hedge::run(&b)?);
+            println!("{out}");
+            return Ok(());
+        }
         Ok(other) => {
             return Err(format!(
-                "LOAD_ONLY={other}: the one section that runs alone is `fleet`"
+                "LOAD_ONLY={other}: the sections that run alone are `fleet` and `hedge`"
             ))
         }
     }

@@ -402,8 +402,21 @@ impl AnswerCache {
         if call.caller.pin.is_some() || !rules::cacheable_request(call) {
             return Lookup::default();
         }
+        // An answer that depends on the node's release is kept per release, and not at all
+        // while the nodes that take traffic run several.
+        let release = match call.spec.by_release {
+            true => match self.best.release() {
+                Some(release) => Some(release),
+                None => return Lookup::default(),
+            },
+            false => None,
+        };
         let height = (call.spec.cache == CacheClass::Head).then(|| self.best.best_height());
-        let text = self.key(call, height);
+        let mut text = self.key(call, height);
+        if let Some(release) = release {
+            text.push_str("\u{0}release=");
+            text.push_str(&release);
+        }
         let fingerprint = self.fingerprint(&text);
         Lookup {
             key: Some(CacheKey { text, fingerprint }),
@@ -735,6 +748,10 @@ mod tests {
     impl BestHeight for Best {
         fn best_height(&self) -> u64 {
             self.0.load(Ordering::Relaxed)
+        }
+
+        fn release(&self) -> Option<String> {
+            Some("avalanchego/1.14.2".into())
         }
     }
 

@@ -672,6 +672,13 @@ pub struct ForwardConfig {
     pub pool_max_idle: usize,
     /// Requests in flight to one node; more wait (within the request deadline, then 503).
     pub max_concurrency: usize,
+    /// Hedged reads: when the first attempt of a read (not a side-effect method) has not
+    /// answered after this long, a second goes to another node and the first answer wins (the
+    /// other attempt is cancelled). `None`: off.
+    #[serde(with = "super::duration::option")]
+    pub hedge_after: Option<Duration>,
+    /// The most hedges may be, as a share of calls (a budget refilled by each call).
+    pub hedge_max_ratio: f64,
 }
 
 impl Default for ForwardConfig {
@@ -682,6 +689,8 @@ impl Default for ForwardConfig {
             max_attempts: 3,
             pool_max_idle: 256,
             max_concurrency: 512,
+            hedge_after: None,
+            hedge_max_ratio: 0.1,
         }
     }
 }
@@ -700,6 +709,17 @@ impl ForwardConfig {
         }
         if self.max_concurrency == 0 {
             return invalid("upstream.max_concurrency", "must be at least 1");
+        }
+        if let Some(after) = self.hedge_after {
+            if after.is_zero() || after >= self.request_timeout {
+                return invalid(
+                    "upstream.hedge_after",
+                    "must be greater than zero and less than upstream.request_timeout",
+                );
+            }
+        }
+        if !(0.0..=1.0).contains(&self.hedge_max_ratio) {
+            return invalid("upstream.hedge_max_ratio", "must be between 0 and 1");
         }
         // Each node's slots are a semaphore, which holds at most this many.
         if self.max_concurrency > tokio::sync::Semaphore::MAX_PERMITS {

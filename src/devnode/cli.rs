@@ -54,6 +54,12 @@ pub struct DevnodeArgs {
     /// Fault: fraction of requests answered HTTP 500 (0 to 1).
     #[arg(long, default_value_t = 0.0, value_parser = fraction)]
     pub error_rate: f64,
+    /// Fault: fraction of requests delayed by --slow-latency, at random (0 to 1).
+    #[arg(long, default_value_t = 0.0, value_parser = fraction)]
+    pub slow_rate: f64,
+    /// Fault: the delay of those requests (e.g. "300ms").
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub slow_latency: Duration,
     /// Fault: fraction of requests whose connection is closed without an answer (0 to 1).
     #[arg(long, default_value_t = 0.0, value_parser = fraction)]
     pub drop_rate: f64,
@@ -92,6 +98,8 @@ impl DevnodeArgs {
                 latency: self.latency,
                 jitter: self.jitter,
                 error_rate: self.error_rate,
+                slow_rate: self.slow_rate,
+                slow_latency: self.slow_latency,
                 drop_rate: self.drop_rate,
                 throttle_rate: self.throttle_rate,
                 retry_after: self.retry_after,

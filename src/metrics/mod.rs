@@ -54,6 +54,9 @@ pub struct Metrics {
     pub upstream_throttled: IntGaugeVec,
     /// Cooling periods a node earned for one method it kept failing (the per-method breaker).
     pub upstream_method_cooldowns: IntCounterVec,
+    /// Hedged reads, by what came of them: `sent`, `won` (the hedge answered first),
+    /// `no_budget` (wanted, over `hedge_max_ratio`), `no_node` (wanted, no other node had room).
+    pub hedges: IntCounterVec,
     /// Changes of an upstream's state, by the state it went to and why (as logged).
     pub upstream_state_changes: IntCounterVec,
     /// Best accepted height in the pool.
@@ -274,6 +277,17 @@ impl Metrics {
             &["upstream", "method"],
         )
         .expect("static metric definition is valid");
+        let hedges = IntCounterVec::new(
+            Opts::new(
+                "snowgate_hedges_total",
+                "Hedged reads: sent, won (the hedge answered first), no_budget, no_node",
+            ),
+            &["outcome"],
+        )
+        .expect("static metric definition is valid");
+        for outcome in ["sent", "won", "no_budget", "no_node"] {
+            hedges.with_label_values(&[outcome]);
+        }
         let best_height = IntGauge::new("snowgate_best_height", "Best P-chain height in the pool")
             .expect("static metric definition is valid");
         let body_buffered = IntGauge::new(
@@ -463,6 +477,7 @@ impl Metrics {
             Box::new(upstream_cordoned.clone()),
             Box::new(upstream_throttled.clone()),
             Box::new(upstream_method_cooldowns.clone()),
+            Box::new(hedges.clone()),
             Box::new(upstream_state_changes.clone()),
             Box::new(best_height.clone()),
             Box::new(body_buffered.clone()),
@@ -550,6 +565,7 @@ impl Metrics {
             upstream_cordoned,
             upstream_throttled,
             upstream_method_cooldowns,
+            hedges,
             upstream_state_changes,
             best_height,
             body_buffered,

@@ -54,6 +54,7 @@ mod cordoning;
 mod cordons;
 mod events;
 mod health;
+mod hedge;
 mod identity;
 mod node;
 mod pending;

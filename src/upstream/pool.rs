@@ -44,6 +44,8 @@ pub struct Pool {
     pub(super) primaries_serve: std::sync::atomic::AtomicBool,
     /// Wakes the fallbacks' checkers when the primaries stop serving: they are checked at once.
     pub(super) fallbacks_wanted: Arc<tokio::sync::Notify>,
+    /// What hedged reads may still spend (`[upstream] hedge_max_ratio`).
+    hedge_budget: super::hedge::HedgeBudget,
     /// Held by [`Pool::cordon`], and by a reload while it copies the cordons onto the nodes it
     /// publishes: no cordon is set between the copy and the publication, and lost.
     pub(super) cordon_lock: parking_lot::Mutex<()>,
@@ -127,6 +129,7 @@ impl Pool {
             slot_freed: tokio::sync::Notify::new(),
             primaries_serve: std::sync::atomic::AtomicBool::new(false),
             fallbacks_wanted: Arc::new(tokio::sync::Notify::new()),
+            hedge_budget: super::hedge::HedgeBudget::default(),
             cordon_lock: parking_lot::Mutex::new(()),
             fleet_cordons: std::sync::OnceLock::new(),
             metrics,
@@ -516,7 +519,24 @@ impl Pool {
                 }
             }
             let timeout = remaining.min(Self::attempt_timeout(members, call));
-            match self.attempt(members, upstream, call, timeout, slot).await {
+            // The first attempt of a read may be hedged (see `Pool::hedged`).
+            let hedge_after = members
+                .forward
+                .hedge_after
+                .filter(|_| tried.len() == 1 && !call.spec.side_effect);
+            let (index, result) = match hedge_after {
+                Some(after) => {
+                    let first = self.attempt(members, upstream, call, timeout, slot);
+                    let race = (first, after, min_height, deadline);
+                    self.hedged(members, call, index, race, &mut tried).await
+                }
+                None => (
+                    index,
+                    self.attempt(members, upstream, call, timeout, slot).await,
+                ),
+            };
+            let upstream = &members.upstreams[index];
+            match result {
                 Ok((kind, payload)) => {
                     let answer = answer_from(kind, payload, upstream);
                     if self.should_retry_not_found(call, min_height, &answer) {
@@ -608,6 +628,63 @@ impl Pool {
                 &upstream.name,
                 NodeEvent::Throttled { hold_ms },
             );
+        }
+    }
+
+    /// Races the first attempt of a read (on node `first`) against a second on another node,
+    /// sent once the first has not answered within `after` (if the budget allows and another
+    /// node has a slot free now: a hedge never queues). The first good answer wins and the other
+    /// attempt is dropped, which cancels it (its connection is closed, never reused mid-answer,
+    /// and nothing of it counts for or against its node); a failed attempt waits for the other.
+    /// Returns which node's result it is; the hedge's node joins `tried`.
+    async fn hedged<'a, F>(
+        &'a self,
+        members: &'a Members,
+        call: &'a RpcCall,
+        first: usize,
+        (attempt, after, min_height, deadline): (F, Duration, Option<u64>, Instant),
+        tried: &mut Vec<usize>,
+    ) -> (usize, Result<(AnswerKind, Bytes), AttemptError>)
+    where
+        F: std::future::Future<Output = Result<(AnswerKind, Bytes), AttemptError>>,
+    {
+        self.hedge_budget.deposit(members.forward.hedge_max_ratio);
+        tokio::pin!(attempt);
+        tokio::select! {
+            result = &mut attempt => return (first, result),
+            () = tokio::time::sleep(after) => {}
+        }
+        let outcome = |o: &str| self.metrics.hedges.with_label_values(&[o]).inc();
+        let taken = self
+            .take_slot(members, &call.spec, min_height, tried, Instant::now())
+            .await;
+        let Ok(Some((second, slot))) = taken else {
+            outcome("no_node");
+            return (first, attempt.await);
+        };
+        if !self.hedge_budget.withdraw() {
+            outcome("no_budget");
+            drop(slot);
+            return (first, attempt.await);
+        }
+        outcome("sent");
+        tried.push(second);
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let timeout = remaining.min(Self::attempt_timeout(members, call));
+        let hedge = self.attempt(members, &members.upstreams[second], call, timeout, slot);
+        tokio::pin!(hedge);
+        tokio::select! {
+            result = &mut attempt => match result {
+                Ok(_) => (first, result),
+                Err(_) => (second, hedge.await),
+            },
+            result = &mut hedge => match result {
+                Ok(_) => {
+                    outcome("won");
+                    (second, result)
+                }
+                Err(_) => (first, attempt.await),
+            },
         }
     }
 

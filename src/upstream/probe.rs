@@ -146,6 +146,12 @@ impl Pool {
         } else {
             check
         };
+        // A failed check may be a restart, perhaps onto another release: asked again who it is
+        // at its next good check (an upgrade in place then changes what it is sent, and what
+        // the cache keeps per release, within a check or two).
+        if matches!(check, Check::Failed(_)) {
+            upstream.identity.lock().asked = None;
+        }
         let thresholds = Thresholds {
             failures: health.failure_threshold,
             recoveries: health.recovery_threshold,

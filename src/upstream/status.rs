@@ -76,6 +76,27 @@ impl Pool {
         Some(self.best_moved_ms.load(Ordering::Relaxed)).filter(|ms| *ms > 0)
     }
 
+    /// The one release every node that takes traffic runs (see [`crate::call::BestHeight`]).
+    pub fn release(&self) -> Option<String> {
+        let heights = self.heights();
+        let mut release: Option<String> = None;
+        for u in self.members().upstreams.iter() {
+            let serving = {
+                let s = u.state.lock();
+                super::health::eligible(&s, &heights) && !u.cordoned.load(Ordering::Relaxed)
+            };
+            if !serving || !u.info_api {
+                continue;
+            }
+            let version = u.identity.lock().version.clone()?;
+            match &release {
+                Some(r) if *r != version => return None,
+                _ => release = Some(version),
+            }
+        }
+        release
+    }
+
     /// The pool's state for `/ext/health`.
     pub fn status(&self) -> PoolStatus {
         let now = std::time::Instant::now();

@@ -19,6 +19,7 @@ use super::state::{
 use super::tx::{output_bytes, utxo_bytes, JsonWriter, Owners, Tx};
 use super::{CallError, Chain, View, DEMO_PASSWORD, DEMO_USERNAME, MAX_PENDING};
 use crate::jsonrpc::gojson::{go_quote, write_go_string};
+use crate::jsonrpc::release::NodeVersion;
 use crate::jsonrpc::Json;
 
 type Res = Result<String, CallError>;
@@ -78,7 +79,7 @@ pub(super) fn dispatch(
         ("info", "Uptime") => c.uptime(v, p),
         ("info", "Upgrades") => {
             Args::none(p)?;
-            Ok(c.upgrades())
+            Ok(c.upgrades(v.version))
         }
         ("platform", "ExportKey") => c.export_key(p),
         ("platform", "ListAddresses") => c.list_addresses(p),
@@ -432,7 +433,14 @@ impl Chain {
         ))
     }
 
-    fn upgrades(&self) -> String {
+    /// `info.upgrades` of a node of release `v`: from v1.15.0, a Fuji node schedules Helicon
+    /// (earlier releases, and other networks, say 9999).
+    fn upgrades(&self, v: NodeVersion) -> String {
+        let helicon = if self.st.net.network_id == 5 && v >= NodeVersion::new(1, 15, 0) {
+            "2026-07-28T15:00:00Z"
+        } else {
+            "9999-12-01T00:00:00Z"
+        };
         let t = match self.st.net.network_id {
             1 => [
                 "2021-03-31T14:00:00Z",
@@ -482,7 +490,7 @@ impl Chain {
             _ => (0, "11111111111111111111111111111111LpoYY", 30_000_000_000),
         };
         format!(
-            "{{\"apricotPhase1Time\":\"{}\",\"apricotPhase2Time\":\"{}\",\"apricotPhase3Time\":\"{}\",\"apricotPhase4Time\":\"{}\",\"apricotPhase4MinPChainHeight\":{ap4_height},\"apricotPhase5Time\":\"{}\",\"apricotPhasePre6Time\":\"{}\",\"apricotPhase6Time\":\"{}\",\"apricotPhasePost6Time\":\"{}\",\"banffTime\":\"{}\",\"cortinaTime\":\"{}\",\"cortinaXChainStopVertexID\":\"{stop_vertex}\",\"durangoTime\":\"{}\",\"etnaTime\":\"{}\",\"fortunaTime\":\"{}\",\"graniteTime\":\"{}\",\"graniteEpochDuration\":{epoch},\"heliconTime\":\"9999-12-01T00:00:00Z\"}}",
+            "{{\"apricotPhase1Time\":\"{}\",\"apricotPhase2Time\":\"{}\",\"apricotPhase3Time\":\"{}\",\"apricotPhase4Time\":\"{}\",\"apricotPhase4MinPChainHeight\":{ap4_height},\"apricotPhase5Time\":\"{}\",\"apricotPhasePre6Time\":\"{}\",\"apricotPhase6Time\":\"{}\",\"apricotPhasePost6Time\":\"{}\",\"banffTime\":\"{}\",\"cortinaTime\":\"{}\",\"cortinaXChainStopVertexID\":\"{stop_vertex}\",\"durangoTime\":\"{}\",\"etnaTime\":\"{}\",\"fortunaTime\":\"{}\",\"graniteTime\":\"{}\",\"graniteEpochDuration\":{epoch},\"heliconTime\":\"{helicon}\"}}",
             t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10], t[11], t[12], t[13]
         )
     }

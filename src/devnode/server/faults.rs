@@ -28,6 +28,12 @@ pub struct Faults {
     pub jitter: Duration,
     /// Fraction of requests answered HTTP 500 with a short text body.
     pub error_rate: f64,
+    /// Fraction of requests delayed by `slow_latency` on top of the rest (a tail that no
+    /// balancer can steer around: any request, on any node, at random).
+    pub slow_rate: f64,
+    /// The delay of those requests.
+    #[serde(with = "humantime_serde")]
+    pub slow_latency: Duration,
     /// Fraction of requests whose connection is closed without an answer.
     pub drop_rate: f64,
     /// Fraction of requests refused with HTTP 429 (`Too Many Requests`), as a provider's proxy
@@ -59,6 +65,7 @@ impl Faults {
             ("error_rate", self.error_rate),
             ("drop_rate", self.drop_rate),
             ("throttle_rate", self.throttle_rate),
+            ("slow_rate", self.slow_rate),
         ] {
             if !(0.0..=1.0).contains(&rate) {
                 return Err(format!("{name} must be between 0 and 1, got {rate}"));
@@ -74,6 +81,7 @@ impl Faults {
             || self.error_rate > 0.0
             || self.drop_rate > 0.0
             || self.throttle_rate > 0.0
+            || (self.slow_rate > 0.0 && !self.slow_latency.is_zero())
             || self.hang
     }
 
@@ -211,6 +219,9 @@ impl FaultState {
             released
         };
         let mut delay = faults.latency;
+        if roll(faults.slow_rate) {
+            delay += faults.slow_latency;
+        }
         if !faults.jitter.is_zero() {
             let max = u64::try_from(faults.jitter.as_nanos()).unwrap_or(u64::MAX);
             delay += Duration::from_nanos(rand::thread_rng().gen_range(0..=max));
@@ -268,7 +279,7 @@ mod tests {
         let text = serde_json::to_string(&Faults::default()).unwrap();
         assert_eq!(
             text,
-            r#"{"latency":"0s","jitter":"0s","error_rate":0.0,"drop_rate":0.0,"throttle_rate":0.0,"retry_after":null,"hang":false,"frozen":false,"bootstrapping":false,"no_info_api":false,"failing_methods":[]}"#
+            r#"{"latency":"0s","jitter":"0s","error_rate":0.0,"slow_rate":0.0,"slow_latency":"0s","drop_rate":0.0,"throttle_rate":0.0,"retry_after":null,"hang":false,"frozen":false,"bootstrapping":false,"no_info_api":false,"failing_methods":[]}"#
         );
     }
 
