@@ -297,8 +297,15 @@ async fn a_p_chain_only_provider_joins_and_gets_no_info_call() {
     let provider = cluster.nodes[1].control();
     provider.update_faults(|f| f.no_info_api = true);
     support::every_node_takes_traffic(&cluster.gateway).await;
-    let status = upstream(&cluster, "node-1");
-    assert_eq!(status.network_id, Some(12345), "{status:?}");
+    // Recognised by its staking asset once the info node's is known (a check or two).
+    assert!(
+        eventually(Duration::from_secs(60), || upstream(&cluster, "node-1")
+            .network_id
+            == Some(12345))
+        .await,
+        "{:?}",
+        upstream(&cluster, "node-1")
+    );
     assert!(until_served_by(&cluster, 1, Duration::from_secs(30)).await);
     let info = format!("{}/ext/info", cluster.url());
     for _ in 0..40 {
@@ -400,11 +407,19 @@ async fn a_slow_read_is_hedged_and_the_loser_cancelled_a_side_effect_never() {
         c.upstream.hedge_after = Some(Duration::from_millis(50));
         c.upstream.hedge_max_ratio = 1.0;
         c.upstream.request_timeout = Duration::from_secs(1);
-        // node-0 is every call's first choice.
-        c.upstreams[0].weight = 1000;
+        // node-0 is every call's first choice: the only primary.
+        c.upstreams[1].role = Role::Fallback;
+        // Checked once, at start: its hang (below) would take it out, however fast the calls.
+        c.health.interval = Duration::from_secs(3600);
+        c.health.timeout = Duration::from_secs(1);
     })
     .await;
-    healthy(&cluster).await;
+    healthy_primaries(&cluster).await;
+    assert!(
+        eventually(Duration::from_secs(60), || upstream(&cluster, "node-1")
+            .standby)
+        .await
+    );
     let slow = cluster.nodes[0].control();
     // Its answers never come (until the test ends): only a hedge can answer.
     slow.update_faults(|f| f.hang = true);
@@ -454,10 +469,17 @@ async fn without_a_budget_no_read_is_hedged() {
         c.upstream.hedge_max_ratio = 0.0;
         c.upstream.request_timeout = Duration::from_millis(500);
         c.upstream.max_attempts = 1;
-        c.upstreams[0].weight = 1000;
+        c.upstreams[1].role = Role::Fallback;
+        c.health.interval = Duration::from_secs(3600);
+        c.health.timeout = Duration::from_secs(1);
     })
     .await;
-    healthy(&cluster).await;
+    healthy_primaries(&cluster).await;
+    assert!(
+        eventually(Duration::from_secs(60), || upstream(&cluster, "node-1")
+            .standby)
+        .await
+    );
     cluster.nodes[0].control().update_faults(|f| f.hang = true);
     let r = post(&format!("{}/ext/bc/P", cluster.url()), &sample()).await;
     assert_eq!(r.status, 504, "{}", r.body);

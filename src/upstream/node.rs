@@ -37,6 +37,10 @@ pub(super) struct AttemptError {
 /// The hold of a node that throttles without saying for how long.
 pub(super) const DEFAULT_HOLD: Duration = Duration::from_secs(1);
 
+/// The longest wait a node's `Retry-After` is read as (the pool holds a node for at most
+/// `[health] max_hold_off` anyway; this bounds what a pinned call's client is told).
+const LONGEST_HOLD: Duration = Duration::from_secs(3600);
+
 impl AttemptError {
     pub(super) fn new(fault: Fault, detail: impl Into<String>) -> AttemptError {
         AttemptError {
@@ -395,7 +399,9 @@ impl Upstream {
             // long: a 503 alone is a node that cannot serve).
             if status == 429 || (status == 503 && reply.retry_after.is_some()) {
                 let wait = match reply.retry_after {
-                    Some(conn::RetryAfter::Seconds(s)) => Duration::from_secs(s.max(1)),
+                    Some(conn::RetryAfter::Seconds(s)) => {
+                        Duration::from_secs(s.max(1)).min(LONGEST_HOLD)
+                    }
                     _ => DEFAULT_HOLD,
                 };
                 return Err(AttemptError {
