@@ -82,10 +82,24 @@ pub(crate) fn choose(
     let able = |n: &NodeView| {
         !n.tried && n.has_api && n.serves && n.healthy && (n.standby || heights.admits(n.height))
     };
-    // A method cooling on a node goes elsewhere while another node may take it; cooling on every
-    // one, it is tried anyway (the breaker moves a method, it never refuses one).
-    let warm = nodes.iter().any(|n| able(n) && !n.cooling);
-    let usable_node = |n: &NodeView| able(n) && (!n.cooling || !warm);
+    // A method cooling on a node goes to another node of its role while one may take it; cooling
+    // on every one, it is tried anyway: the breaker moves a method, it never refuses one, and
+    // never sends it to a (paid) fallback that the primaries' cooling alone would not reach (a
+    // client whose calls time out must not be able to move a method to the provider).
+    let warm = |fallback: bool| {
+        nodes
+            .iter()
+            .any(|n| able(n) && !n.cooling && n.fallback == fallback)
+    };
+    let (warm_primary, warm_fallback) = (warm(false), warm(true));
+    let usable_node = |n: &NodeView| {
+        let warm_peer = if n.fallback {
+            warm_fallback
+        } else {
+            warm_primary
+        };
+        able(n) && (!n.cooling || !warm_peer)
+    };
     // Fallbacks only while no primary is usable (a busy primary is waited for, not spilled over).
     let primaries = nodes.iter().any(|n| !n.fallback && usable_node(n));
     let usable = |n: &NodeView| usable_node(n) && n.fallback != primaries;
@@ -155,6 +169,29 @@ mod tests {
         floor: 98,
         ceiling: u64::MAX,
     };
+
+    #[test]
+    fn a_cooling_method_moves_among_nodes_of_its_role_and_never_to_a_fallback_for_it() {
+        let cooling = NodeView {
+            cooling: true,
+            ..node(true, 100, true)
+        };
+        let warm = node(true, 100, true);
+        let fallback = NodeView {
+            fallback: true,
+            ..node(true, 100, true)
+        };
+        // Another primary is warm: it takes the call.
+        assert_eq!(
+            choose_seeded(&[cooling, warm, fallback], &HEIGHTS, None),
+            Choice::Node(1)
+        );
+        // Every primary cooling: still a primary, not the fallback.
+        assert_eq!(
+            choose_seeded(&[cooling, fallback], &HEIGHTS, None),
+            Choice::Node(0)
+        );
+    }
 
     #[test]
     fn only_a_healthy_admitted_untried_node_with_room_is_chosen() {
