@@ -49,7 +49,7 @@ pub enum Fault {
     /// found before any connection was opened.
     InvalidRequest,
     /// HTTP 429, or 503 with `Retry-After`: the node (a provider over its plan's rate) asks to be
-    /// left alone for a while. Not a failure: it is put on hold ([`HealthState::hold`]).
+    /// left alone for a while. Not a failure: it is put on hold (`HealthState::hold`).
     Throttled,
 }
 

@@ -328,7 +328,7 @@ impl Control {
     }
 
     /// Requests answered 429 by the `throttle_rate` fault so far (they never reach the node's
-    /// methods, so they are not in [`DevNode::calls`]).
+    /// methods, so they are not in the call counts).
     pub fn throttled_count(&self) -> u64 {
         self.node.faults.throttled()
     }
