@@ -70,6 +70,10 @@ pub struct DevnodeArgs {
     /// Fault: start bootstrapping (P-chain routes answer 503, health unhealthy).
     #[arg(long)]
     pub bootstrapping: bool,
+    /// Fault: lie (getBlock and getTx answer another block's or tx's bytes, getBlockByHeight
+    /// another height's block).
+    #[arg(long)]
+    pub lie: bool,
 }
 
 impl DevnodeArgs {
@@ -99,6 +103,7 @@ impl DevnodeArgs {
                 frozen: self.frozen,
                 bootstrapping: self.bootstrapping,
                 no_info_api: false,
+                lie: self.lie,
             },
         })
     }

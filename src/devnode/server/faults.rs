@@ -47,6 +47,10 @@ pub struct Faults {
     pub bootstrapping: bool,
     /// The info API answers 404, as a provider that exposes only the P-chain (`/ext/bc/P`).
     pub no_info_api: bool,
+    /// The node lies about what never changes: `platform.getBlock` and `platform.getTx` answer
+    /// another block's or tx's bytes, `platform.getBlockByHeight` the block of another height,
+    /// well formed, in the encoding asked (hex or json).
+    pub lie: bool,
 }
 
 impl Faults {
@@ -114,6 +118,7 @@ pub struct FaultState {
     per_request: AtomicBool,
     bootstrapping: AtomicBool,
     no_info_api: AtomicBool,
+    lie: AtomicBool,
     frozen_at: AtomicU64,
     /// Serialises updates so the atomics and `current` change together.
     update: parking_lot::Mutex<()>,
@@ -129,6 +134,7 @@ impl Default for FaultState {
             per_request: AtomicBool::new(false),
             bootstrapping: AtomicBool::new(false),
             no_info_api: AtomicBool::new(false),
+            lie: AtomicBool::new(false),
             frozen_at: AtomicU64::new(NOT_FROZEN),
             update: parking_lot::Mutex::new(()),
             throttled: AtomicU64::new(0),
@@ -153,6 +159,7 @@ impl FaultState {
             .store(faults.bootstrapping, Ordering::Release);
         self.no_info_api
             .store(faults.no_info_api, Ordering::Release);
+        self.lie.store(faults.lie, Ordering::Release);
         self.per_request
             .store(faults.per_request(), Ordering::Release);
         // Wakes hung requests when `hang` is cleared.
@@ -172,6 +179,11 @@ impl FaultState {
     /// Whether the info API answers 404 (a P-chain-only provider).
     pub fn no_info_api(&self) -> bool {
         self.no_info_api.load(Ordering::Acquire)
+    }
+
+    /// Whether the node lies about blocks and txs.
+    pub fn lie(&self) -> bool {
+        self.lie.load(Ordering::Acquire)
     }
 
     /// Whether the node pretends to bootstrap.
@@ -259,7 +271,7 @@ mod tests {
         let text = serde_json::to_string(&Faults::default()).unwrap();
         assert_eq!(
             text,
-            r#"{"latency":"0s","jitter":"0s","error_rate":0.0,"drop_rate":0.0,"throttle_rate":0.0,"retry_after":null,"hang":false,"frozen":false,"bootstrapping":false,"no_info_api":false}"#
+            r#"{"latency":"0s","jitter":"0s","error_rate":0.0,"drop_rate":0.0,"throttle_rate":0.0,"retry_after":null,"hang":false,"frozen":false,"bootstrapping":false,"no_info_api":false,"lie":false}"#
         );
     }
 
