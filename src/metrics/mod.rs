@@ -54,6 +54,8 @@ pub struct Metrics {
     pub upstream_throttled: IntGaugeVec,
     /// Changes of an upstream's state, by the state it went to and why (as logged).
     pub upstream_state_changes: IntCounterVec,
+    /// Immutable answers held against their calls (`[cache] verify`), by method and result.
+    pub answer_checks: IntCounterVec,
     /// Best accepted height in the pool.
     pub best_height: IntGauge,
     /// Request body bytes buffered now (set when `/metrics` is read).
@@ -246,6 +248,17 @@ impl Metrics {
                 "Changes of an upstream's state, by the state it went to and the reason",
             ),
             &["upstream", "to", "reason"],
+        )
+        .expect("static metric definition is valid");
+        let answer_checks = IntCounterVec::new(
+            Opts::new(
+                "snowgate_answer_checks_total",
+                "Immutable answers held against their calls ([cache] verify), by method and \
+                 result: proved (hash), consistent (the ID or height named), unchecked, refuted \
+                 (its node taken out as lying), and for one node's word the cache wants \
+                 seconded: agreed, disagreed, unconfirmed (no second node answered)",
+            ),
+            &["method", "result"],
         )
         .expect("static metric definition is valid");
         let upstream_cordoned = IntGaugeVec::new(
@@ -453,6 +466,7 @@ impl Metrics {
             Box::new(upstream_cordoned.clone()),
             Box::new(upstream_throttled.clone()),
             Box::new(upstream_state_changes.clone()),
+            Box::new(answer_checks.clone()),
             Box::new(best_height.clone()),
             Box::new(body_buffered.clone()),
             Box::new(upstream_info.clone()),
@@ -539,6 +553,7 @@ impl Metrics {
             upstream_cordoned,
             upstream_throttled,
             upstream_state_changes,
+            answer_checks,
             best_height,
             body_buffered,
             config_reloads,
