@@ -93,6 +93,9 @@ pub struct Lookup {
     /// A head-class call's: the pool's best height when it was decided, which its entry belongs
     /// to; the pool prefers nodes that have reached it.
     pub(crate) height: Option<u64>,
+    /// Set on the cache's own call that seconds an answer (see [`Trust::Unseconded`]): the node
+    /// that gave it, which the pool does not ask again.
+    pub(crate) second_to: Option<Arc<str>>,
 }
 
 /// A cacheable call's key: the canonical text (method, params, and the height of a head-class
@@ -276,6 +279,20 @@ impl CacheStatus {
     }
 }
 
+/// How far the pool vouches for an immutable answer (`[cache] verify`), read by the cache before
+/// it keeps one: the pool has checked it and returns no answer that contradicts the call, but an
+/// answer with nothing to check is one node's word, which the setting may want seconded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Trust {
+    /// Kept by the cache's own rules: checked against the call, one node's word the setting
+    /// accepts, or not an answer the pool judges (not immutable, `verify = "off"`, the cache's).
+    #[default]
+    Vouched,
+    /// One node's word the setting wants seconded: the client gets it, and the cache keeps it
+    /// only once another node returns the same bytes.
+    Unseconded,
+}
+
 /// A node's answer: the raw `result` value or `error` object, exactly as the node wrote it.
 #[derive(Debug, Clone)]
 pub struct Answer {
@@ -286,6 +303,8 @@ pub struct Answer {
     /// That upstream's last known height when it answered.
     pub upstream_height: Option<u64>,
     pub cache: CacheStatus,
+    /// What the pool vouches for it (immutable answers only).
+    pub trust: Trust,
 }
 
 impl Answer {
@@ -380,6 +399,7 @@ mod tests {
                     upstream: None,
                     upstream_height: None,
                     cache: CacheStatus::Hit,
+                    trust: Trust::Vouched,
                 };
                 for id in [Some(&b" { \"a\" : 1 }"[..]), Some(b"7"), None] {
                     assert_eq!(answer.chunks(id).to_bytes(), answer.body(id));

@@ -95,6 +95,7 @@ fn local(kind: AnswerKind, payload: Vec<u8>) -> Answer {
         upstream: None,
         upstream_height: None,
         cache: CacheStatus::Local,
+        trust: crate::call::Trust::Vouched,
     }
 }
 
@@ -238,6 +239,7 @@ mod tests {
             cooling_methods: Vec::new(),
             standby: false,
             cordoned_by: Vec::new(),
+            lying: false,
             last_error: last_error.map(str::to_string),
             network_id: Some(1),
             network_mismatch: false,

@@ -1252,6 +1252,8 @@ async fn shutdown_drains_both_listeners() {
         ..Default::default()
     }];
     config.cache.enabled = false;
+    // The slow node's `0x00` is a placeholder, no tx of the ID asked: left unchecked.
+    config.cache.verify = snowgate::config::Verify::Off;
     config.server.drain_timeout = Duration::from_secs(3);
     let gateway = Gateway::start(config).await.unwrap();
     let (addr, admin_addr) = (gateway.addr(), gateway.admin_addr().unwrap());

@@ -295,8 +295,10 @@ async fn clients_that_stop_reading_share_one_copy_of_an_answer_and_are_cut_after
     let config = format!(
         "[limits]\nsend_timeout = \"2s\"\nmax_connections_per_ip = 300\n\
          [rate_limit]\nenabled = false\n[health]\ninterval = \"30s\"\n\
+         [cache]\nverify = \"off\"\n\
          [[upstreams]]\nname = \"n\"\nurl = \"http://{node}\"\n"
     );
+    // (`verify = "off"`: the node's 4 MiB of zeros are no tx of the ID asked.)
     let served = binary::Served::start(&config, "warn");
     let addr = addr_of(&served.url);
     let url = format!("{}/ext/bc/P", served.url);

@@ -59,3 +59,4 @@ mod upstream_network;
 mod upstream_roles;
 mod upstream_tls;
 mod upstream_versions;
+mod verify;

@@ -168,6 +168,29 @@ fn write_uint(out: &mut String, value: &Json) {
     }
 }
 
+/// The cache key of `call`: its method, its canonical params, the pool's best height for a
+/// head-class call (`head`), and the node release for an answer that depends on it (`release`).
+/// Never its id.
+pub(crate) fn call_key(
+    call: &crate::call::RpcCall,
+    head: Option<u64>,
+    release: Option<&str>,
+) -> String {
+    use std::fmt::Write as _;
+    let mut k = String::with_capacity(call.spec.name.len() + 96);
+    k.push_str(&call.spec.name);
+    k.push('\u{0}');
+    canonical_params_into(&mut k, call.params.as_ref());
+    if let Some(h) = head {
+        let _ = write!(k, "\u{0}@{h}");
+    }
+    if let Some(release) = release {
+        k.push_str("\u{0}release=");
+        k.push_str(release);
+    }
+    k
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,6 +16,13 @@
 //! and what a node answers is also written there, in the background: under the pool's settled
 //! network ([`AnswerCache::share_network`]), and not at all before it is settled.
 //!
+//! What a node answers is kept only when the pool vouches for it (`[cache] verify`): the pool
+//! never returns an answer that contradicts its call, and marks one node's word the setting wants
+//! seconded ([`Trust::Unseconded`]). Such an answer is the client's at once but not kept: the
+//! cache asks another node the same call in the background (`second`, one at a time per key)
+//! and keeps the answer, in memory and in Redis, only when both returned the same bytes. Neither
+//! runs on a hit: a hit was checked when it was kept.
+//!
 //! Memory is bounded in bytes: a weigher charges each entry its key, its answer and a fixed
 //! overhead against `[cache] max_bytes`.
 //!
@@ -64,7 +71,7 @@ use tower::{Layer, Service, ServiceExt};
 use tracing::Instrument;
 
 use crate::call::{
-    Answer, AnswerKind, BestHeight, CacheKey, CacheStatus, HitProbe, Lookup, RpcCall,
+    Answer, AnswerKind, BestHeight, CacheKey, CacheStatus, HitProbe, Lookup, RpcCall, Trust,
 };
 use crate::config::CacheConfig;
 use crate::error::ProxyError;
@@ -126,6 +133,7 @@ impl Entry {
             upstream: None,
             upstream_height: None,
             cache,
+            trust: Trust::Vouched,
         }
     }
 
@@ -213,6 +221,8 @@ struct CacheMetrics {
     entries: IntGauge,
     bytes: IntGauge,
     indexed: IntGauge,
+    /// `snowgate_answer_checks_total`: the seconding of one node's word (`agreed`, ...).
+    answer_checks: IntCounterVec,
 }
 
 /// The values of the `result` label of `snowgate_cache_requests_total`.
@@ -234,6 +244,7 @@ impl CacheMetrics {
             entries: metrics.cache_entries.clone(),
             bytes: metrics.cache_bytes.clone(),
             indexed: metrics.cache_indexed.clone(),
+            answer_checks: metrics.answer_checks.clone(),
         }
     }
 }
@@ -252,6 +263,8 @@ pub struct AnswerCache {
     /// The fleet's Redis tier (`None` without `[redis]` or with `[cache] shared = false`).
     shared: Option<shared::SharedCache>,
     metrics: CacheMetrics,
+    /// Keys whose answer another node is being asked to second ([`second`]): one at a time.
+    seconding: parking_lot::Mutex<std::collections::HashSet<Fingerprint>>,
 }
 
 impl AnswerCache {
@@ -299,6 +312,7 @@ impl AnswerCache {
             best,
             shared,
             metrics,
+            seconding: Default::default(),
         })
     }
 
@@ -367,20 +381,6 @@ impl AnswerCache {
         let found = self.index.get(&fingerprint).map(|e| e.value().clone());
         found.filter(|e| e.is_for(key))
     }
-
-    /// The key of a call: method, NUL, canonical params, and for head-class calls the best
-    /// height they belong to.
-    fn key(&self, call: &RpcCall, head: Option<u64>) -> String {
-        use std::fmt::Write as _;
-        let mut k = String::with_capacity(call.spec.name.len() + 96);
-        k.push_str(&call.spec.name);
-        k.push('\u{0}');
-        key::canonical_params_into(&mut k, call.params.as_ref());
-        if let Some(h) = head {
-            let _ = write!(k, "\u{0}@{h}");
-        }
-        k
-    }
 }
 
 impl HitProbe for AnswerCache {
@@ -412,15 +412,12 @@ impl AnswerCache {
             false => None,
         };
         let height = (call.spec.cache == CacheClass::Head).then(|| self.best.best_height());
-        let mut text = self.key(call, height);
-        if let Some(release) = release {
-            text.push_str("\u{0}release=");
-            text.push_str(&release);
-        }
+        let text = key::call_key(call, height, release.as_deref());
         let fingerprint = self.fingerprint(&text);
         Lookup {
             key: Some(CacheKey { text, fingerprint }),
             height,
+            second_to: None,
         }
     }
 
@@ -613,7 +610,8 @@ async fn resolve_miss<S>(
     head: Option<u64>,
 ) -> Result<Answer, ProxyError>
 where
-    S: Service<RpcCall, Response = Answer, Error = ProxyError>,
+    S: Service<RpcCall, Response = Answer, Error = ProxyError> + Clone + Send + 'static,
+    S::Future: Send,
 {
     let ran = Arc::new(AtomicBool::new(false));
     // Set when the entry came from the fleet's Redis rather than a node (the answer is a hit).
@@ -650,6 +648,19 @@ where
             answered_by.lock().clone_from(&answer.upstream);
             let ttl = rules::lifetime(call, answer.kind, &answer.payload, &cache.ttls);
             match ttl {
+                Some(ttl) if answer.trust == Trust::Unseconded => {
+                    // One node's word: the client's now, kept once another node agrees.
+                    second(
+                        &cache,
+                        S::clone(inner),
+                        call,
+                        key,
+                        fingerprint,
+                        ttl,
+                        &answer,
+                    );
+                    Err(NotStored::Answer(answer))
+                }
                 Some(ttl) if rules::fresh_enough(head, answer.upstream_height) => {
                     if let Some(tier) = shared {
                         tier.store(key, &answer.payload, ttl.unwrap_or(tier.immutable_ttl));
@@ -700,6 +711,77 @@ where
             NotStored::Failed(e) => Err(e.clone()),
         },
     }
+}
+
+/// Asks another node than the one that gave `first` the same `call`, in a task of its own, and
+/// keeps `first` under `key` (in memory, and in the fleet's Redis for a class it shares) only when
+/// that node returns the same bytes: one node's word that `[cache] verify` wants seconded. Nothing
+/// is kept when the second answers otherwise (which node is right cannot be told: both are
+/// logged), fails, or there is no other node. One seconding at a time per key: a miss meanwhile
+/// is answered by a node and not kept.
+fn second<S>(
+    cache: &Arc<AnswerCache>,
+    inner: S,
+    call: &RpcCall,
+    key: &str,
+    fingerprint: Fingerprint,
+    ttl: Option<Duration>,
+    first: &Answer,
+) where
+    S: Service<RpcCall, Response = Answer, Error = ProxyError> + Send + 'static,
+    S::Future: Send,
+{
+    let Some(node) = first.upstream.clone() else {
+        return;
+    };
+    if !cache.seconding.lock().insert(fingerprint) {
+        return;
+    }
+    let mut call = call.clone();
+    call.lookup = Some(Lookup {
+        key: None,
+        height: None,
+        second_to: Some(node.clone()),
+    });
+    let (cache, key, first) = (cache.clone(), key.to_string(), first.clone());
+    let task = async move {
+        /// Lets the next miss of the key start a seconding, however this one ends.
+        struct Done(Arc<AnswerCache>, Fingerprint);
+        impl Drop for Done {
+            fn drop(&mut self) {
+                self.0.seconding.lock().remove(&self.1);
+            }
+        }
+        let _done = Done(cache.clone(), fingerprint);
+        let (method, class) = (call.spec.name.clone(), call.spec.cache);
+        let result = match inner.oneshot(call).await {
+            Ok(a) if a.kind == AnswerKind::Result && a.payload == first.payload => "agreed",
+            Ok(a) if a.kind == AnswerKind::Result => {
+                let second = a.upstream.as_deref().unwrap_or("-");
+                tracing::warn!(method = %method, first = %node, second, "two nodes answered an immutable call differently: the answer is not kept");
+                "disagreed"
+            }
+            Ok(_) | Err(_) => "unconfirmed",
+        };
+        cache
+            .metrics
+            .answer_checks
+            .with_label_values(&[&method, result])
+            .inc();
+        if result != "agreed" {
+            return;
+        }
+        if let Some(tier) = cache.shared.as_ref().filter(|_| shares(class)) {
+            tier.store(&key, &first.payload, ttl.unwrap_or(tier.immutable_ttl));
+        }
+        let entry = Entry::new(&key, first.kind, &first.payload, ttl);
+        let stored = cache.store.entry(fingerprint).or_insert(entry).await;
+        if stored.is_fresh() {
+            cache.index_entry(fingerprint, stored.value());
+        }
+        cache.refresh_gauges();
+    };
+    tokio::spawn(task.in_current_span());
 }
 
 /// The future of a call the cache lets through: the inner service's, with its answer marked.

@@ -1,4 +1,5 @@
-//! `[cache]`: the answer cache's size and lifetimes; read by the cache layer.
+//! `[cache]`: the answer cache's size and lifetimes, read by the cache layer; and how far an
+//! immutable answer is believed before it is kept (`verify`), read by the pool, which checks it.
 
 use std::time::Duration;
 
@@ -32,6 +33,27 @@ pub struct CacheConfig {
     pub shared_ttl: Duration,
     /// Answers larger than this stay in each instance's memory, never in Redis.
     pub shared_max_bytes: usize,
+    /// How an immutable answer is checked before it is returned or kept.
+    pub verify: Verify,
+}
+
+/// `[cache] verify`: how much of one node's word an immutable answer needs before the cache keeps
+/// it (in memory and in the fleet's Redis), which is then every client's answer until evicted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verify {
+    /// An answer whose bytes carry its identity is checked against the call (a block or a tx in
+    /// `hex` hashes to the ID asked; a block by height carries that height); one that contradicts
+    /// the call is never returned nor kept, and its node is taken out as lying. An answer with
+    /// nothing to check is kept on a primary's word, and on a fallback's once a second node
+    /// returns the same bytes.
+    #[default]
+    Hash,
+    /// The same checks, and every immutable answer is kept only once a second node returns the
+    /// same bytes (the client is answered at once, the cache keeps the answer when they agree).
+    Quorum,
+    /// Nothing is checked: an answer is kept on the word of the node that gave it.
+    Off,
 }
 
 impl Default for CacheConfig {
@@ -45,6 +67,7 @@ impl Default for CacheConfig {
             shared: None,
             shared_ttl: Duration::from_secs(7 * 24 * 3600),
             shared_max_bytes: 1024 * 1024,
+            verify: Verify::default(),
         }
     }
 }

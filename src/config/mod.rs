@@ -30,7 +30,7 @@ use serde::Deserialize;
 
 use crate::methods::{MethodOverride, Registry};
 pub use admin::AdminConfig;
-pub use cache::CacheConfig;
+pub use cache::{CacheConfig, Verify};
 pub use limits::LimitsConfig;
 pub use log::{LogConfig, LogFormat};
 pub use rate_limit::{ClientIpHeader, KeyQuota, OnRedisDown, QuotaScope, RateLimitConfig};

@@ -76,6 +76,10 @@ pub struct DevnodeArgs {
     /// Fault: start bootstrapping (P-chain routes answer 503, health unhealthy).
     #[arg(long)]
     pub bootstrapping: bool,
+    /// Fault: lie (getBlock and getTx answer another block's or tx's bytes, getBlockByHeight
+    /// another height's block).
+    #[arg(long)]
+    pub lie: bool,
 }
 
 impl DevnodeArgs {
@@ -108,6 +112,7 @@ impl DevnodeArgs {
                 bootstrapping: self.bootstrapping,
                 no_info_api: false,
                 failing_methods: Vec::new(),
+                lie: self.lie,
             },
         })
     }

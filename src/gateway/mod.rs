@@ -322,6 +322,9 @@ impl Core {
             metrics.clone(),
         )?);
         pool.expect_network(config.network.id);
+        // How immutable answers are checked (`[cache] verify`): whether the cache is on or not,
+        // an answer that contradicts its call is never returned.
+        pool.set_verify(config.cache.verify);
         pool.check_all().await;
         pool.settle_network(config.network.id);
         // The fleet's Redis: asked once now (so that a Redis that is up is used from the first

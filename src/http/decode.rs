@@ -450,6 +450,7 @@ mod tests {
                     upstream: None,
                     upstream_height: None,
                     cache: CacheStatus::Miss,
+                    trust: crate::call::Trust::Vouched,
                 })
             }
         });

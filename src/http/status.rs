@@ -283,6 +283,9 @@ fn state(u: &UpstreamStatus, best: u64) -> (&'static str, Option<String>) {
     if u.last_error.as_deref() == Some("network unknown") && u.healthy {
         return ("mismatch", u.last_error.clone());
     }
+    if u.lying {
+        return ("lying", u.last_error.clone());
+    }
     if !u.healthy {
         if u.last_error.is_none() && u.height.is_none() {
             return ("starting", None);

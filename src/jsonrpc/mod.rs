@@ -8,9 +8,11 @@
 //! * [`http`]: the HTTP around it: paths, text refusals and CORS, shared with the devnode.
 //! * [`response`]: answer bodies byte for byte as a node writes them.
 //! * [`release`]: avalanchego release numbers, and which releases serve a method.
+//! * [`formatting`]: CB58 IDs and `0x` hex with its checksum, the byte formats of the P-chain API.
 
 pub mod echo;
 pub mod envelope;
+pub mod formatting;
 pub mod gojson;
 pub mod http;
 pub mod names;

@@ -59,6 +59,8 @@ pub struct Metrics {
     pub hedges: IntCounterVec,
     /// Changes of an upstream's state, by the state it went to and why (as logged).
     pub upstream_state_changes: IntCounterVec,
+    /// Immutable answers held against their calls (`[cache] verify`), by method and result.
+    pub answer_checks: IntCounterVec,
     /// Best accepted height in the pool.
     pub best_height: IntGauge,
     /// Request body bytes buffered now (set when `/metrics` is read).
@@ -251,6 +253,17 @@ impl Metrics {
                 "Changes of an upstream's state, by the state it went to and the reason",
             ),
             &["upstream", "to", "reason"],
+        )
+        .expect("static metric definition is valid");
+        let answer_checks = IntCounterVec::new(
+            Opts::new(
+                "snowgate_answer_checks_total",
+                "Immutable answers held against their calls ([cache] verify), by method and \
+                 result: proved (hash), consistent (the ID or height named), unchecked, refuted \
+                 (its node taken out as lying), and for one node's word the cache wants \
+                 seconded: agreed, disagreed, unconfirmed (no second node answered)",
+            ),
+            &["method", "result"],
         )
         .expect("static metric definition is valid");
         let upstream_cordoned = IntGaugeVec::new(
@@ -479,6 +492,7 @@ impl Metrics {
             Box::new(upstream_method_cooldowns.clone()),
             Box::new(hedges.clone()),
             Box::new(upstream_state_changes.clone()),
+            Box::new(answer_checks.clone()),
             Box::new(best_height.clone()),
             Box::new(body_buffered.clone()),
             Box::new(upstream_info.clone()),
@@ -567,6 +581,7 @@ impl Metrics {
             upstream_method_cooldowns,
             hedges,
             upstream_state_changes,
+            answer_checks,
             best_height,
             body_buffered,
             config_reloads,

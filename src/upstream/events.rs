@@ -8,6 +8,7 @@
 
 use super::cordons::By;
 use super::health::Fault;
+use super::verify::Mismatch;
 use crate::metrics::{Event, Metrics};
 
 /// How a node's state changed.
@@ -48,6 +49,9 @@ pub(super) enum NodeEvent {
     Uncordoned { by: By },
     /// It throttled (HTTP 429, or 503 with `Retry-After`): on hold this long, never ejected for it.
     Throttled { hold_ms: u64 },
+    /// It answered an immutable call with bytes that contradict the call (`[cache] verify`):
+    /// out of the pool until its checks bring it back.
+    Lying { mismatch: Mismatch },
 }
 
 /// What took a node out.
@@ -75,11 +79,13 @@ impl NodeEvent {
             NodeEvent::Cordoned { .. } => "cordoned",
             NodeEvent::Uncordoned { .. } => "uncordoned",
             NodeEvent::Throttled { .. } => "throttled",
+            NodeEvent::Lying { .. } => "lying",
         }
     }
 
     /// The `reason` field and label: a fault's category, or `joined`, `recovered`, `lag`,
-    /// `network`, `reload`, and for a cordon who set or lifted it: `admin`, `file`, `fleet`.
+    /// `network`, `reload`, for a cordon who set or lifted it: `admin`, `file`, `fleet`, and for a
+    /// lie the check it failed: `hash`, `height`, `id`, `form`.
     pub(super) fn reason(&self) -> String {
         match self {
             NodeEvent::Joined { .. } => "joined".into(),
@@ -90,6 +96,7 @@ impl NodeEvent {
             NodeEvent::Added | NodeEvent::Replaced | NodeEvent::Removed => "reload".into(),
             NodeEvent::Cordoned { by } | NodeEvent::Uncordoned { by } => by.reason().into(),
             NodeEvent::Throttled { .. } => "retry_after".into(),
+            NodeEvent::Lying { mismatch } => mismatch.check.label().into(),
         }
     }
 
@@ -128,6 +135,11 @@ impl NodeEvent {
             NodeEvent::Throttled { hold_ms } => {
                 format!("{upstream} throttled: no calls for {hold_ms} ms")
             }
+            NodeEvent::Lying { mismatch } => format!(
+                "{upstream} lying: it answered {} with {}",
+                mismatch.method,
+                mismatch.check.words()
+            ),
         }
     }
 }
@@ -185,6 +197,11 @@ pub(super) fn report(metrics: &Metrics, upstream: &str, event: NodeEvent) {
         }
         NodeEvent::Throttled { hold_ms } => {
             tracing::warn!(upstream = %upstream, state = %state, reason, hold_ms, "upstream state changed")
+        }
+        NodeEvent::Lying { mismatch } => {
+            // What mismatched, in fixed words: never the node's bytes.
+            let (method, answered) = (mismatch.method, mismatch.check.words());
+            tracing::warn!(upstream = %upstream, state = %state, reason, method, answered, "upstream state changed")
         }
         NodeEvent::Added
         | NodeEvent::Replaced

@@ -159,6 +159,9 @@ pub(crate) struct HealthState {
     /// It throttled a call or a check: it takes no calls and is not checked until then, and is
     /// never judged for it ([`Fault::Throttled`]).
     pub(crate) held_until: Option<std::time::Instant>,
+    /// It answered a call with bytes that contradict the call (`[cache] verify`): out of the pool
+    /// until its checks bring it back, as after any failure (`vouch.rs`).
+    pub(crate) lying: Option<super::verify::Mismatch>,
 }
 
 impl HealthState {

@@ -22,6 +22,11 @@
 //! * `answer.rs`: what a node sends back is checked before a client sees it; `secrets.rs`: an
 //!   upstream's own secrets (header values, credentials, path keys) scrubbed from its error
 //!   answers, which a provider may fill with the request it refused.
+//! * `verify.rs`: an immutable answer held against its call (`[cache] verify`), pure: a block or
+//!   tx in hex must hash to the ID asked, a block carry the height asked, a json one name the ID or
+//!   height asked; `vouch.rs` acts on the verdict in the forward loop: a contradicting answer is
+//!   dropped and another node asked, its node taken out as `lying` until its checks bring it back,
+//!   and one node's word the setting wants seconded is marked so for the cache.
 //! * `health.rs`: the pure rules: active checks plus passive signals from real requests
 //!   (`[health] passive_failures` in a row; timeouts never count), with hysteresis; the pool's
 //!   heights judged afresh at every check, so a node more than `max_lag_blocks` behind the quorum
@@ -63,6 +68,8 @@ mod probe;
 mod secrets;
 mod select;
 mod status;
+mod verify;
+mod vouch;
 
 pub use cordoning::Cordoned;
 pub use health::Fault;

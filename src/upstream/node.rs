@@ -538,5 +538,6 @@ pub(super) fn answer_from(kind: AnswerKind, payload: Bytes, upstream: &Upstream)
         upstream: Some(upstream.name.clone()),
         upstream_height: upstream.state.lock().height,
         cache: CacheStatus::Bypass,
+        trust: crate::call::Trust::Vouched,
     }
 }

@@ -64,6 +64,8 @@ pub struct Pool {
     /// The gateway's stop signal, once the health checks run: a node added by a reload gets its
     /// own checker, which stops with it.
     pub(super) checks: Mutex<Option<watch::Receiver<bool>>>,
+    /// `[cache] verify`: how the answers of immutable calls are checked (`vouch.rs`).
+    pub(super) verify: super::verify::Setting,
 }
 
 /// The pool's nodes and the settings of this generation of the config.
@@ -137,6 +139,7 @@ impl Pool {
             network_settled: watch::Sender::new(None),
             network_judged: std::sync::atomic::AtomicBool::new(false),
             checks: Mutex::new(None),
+            verify: Default::default(),
         };
         // The file's cordons hold from the first call.
         let members = pool.members();
@@ -476,6 +479,8 @@ impl Pool {
         }
         let min_height = call.requested_height().max(call.route_height());
         let mut tried: Vec<usize> = Vec::new();
+        // The cache's call that seconds a node's answer is sent to another node.
+        tried.extend(self.seconding(members, call));
         let mut last_error: Option<ProxyError> = None;
         let mut last_not_found: Option<Answer> = None;
         for _ in 0..members.forward.max_attempts {
@@ -538,7 +543,12 @@ impl Pool {
             let upstream = &members.upstreams[index];
             match result {
                 Ok((kind, payload)) => {
-                    let answer = answer_from(kind, payload, upstream);
+                    let mut answer = answer_from(kind, payload, upstream);
+                    // An answer that contradicts its call is never returned: another node is asked.
+                    if let Err(wrong) = self.vouch(call, upstream, &mut answer) {
+                        last_error = Some(wrong);
+                        continue;
+                    }
                     if self.should_retry_not_found(call, min_height, &answer) {
                         last_not_found = Some(answer);
                         continue;
@@ -800,6 +810,7 @@ fn not_served(spec: &MethodSpec) -> Answer {
         upstream: None,
         upstream_height: None,
         cache: CacheStatus::Bypass,
+        trust: crate::call::Trust::Vouched,
     }
 }
 

@@ -166,8 +166,10 @@ impl Pool {
                 upstream.forget_method_runs();
             }
             if !was && s.healthy {
-                // Back in the pool: forget the latencies of its failures.
+                // Back in the pool: forget the latencies of its failures, and a lie it was taken
+                // out for (`vouch.rs`).
                 *upstream.ewma.lock() = PeakEwma::new(Instant::now());
+                s.lying = None;
             }
             if was && !s.healthy {
                 // Whatever comes back may be another node (a restart, an address reused).

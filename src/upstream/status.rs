@@ -48,6 +48,10 @@ pub struct UpstreamStatus {
     /// tried for it, and is checked at its own cadence.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub standby: bool,
+    /// It answered an immutable call with bytes that contradict the call (`[cache] verify`): it
+    /// takes no traffic until its checks bring it back (`lastError` says what it answered).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub lying: bool,
     /// Who cordons it, when cordoned: `file` (`[[upstreams]] cordoned`), `instance` (an admin of
     /// this instance, not shared with the fleet), `fleet` (the fleet's Redis).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -134,12 +138,18 @@ impl Pool {
                     cooling_methods: u.cooling_methods(now),
                     standby,
                     cordoned_by: cordoned_by.names(),
+                    lying: s.lying.is_some(),
                     // A node that answers but is kept out for its network says so (one that
-                    // fails its checks says why it fails).
-                    last_error: match (s.last_error, s.network_unknown) {
-                        (Some(fault), _) => Some(fault.to_string()),
-                        (None, true) => Some(super::Fault::NetworkUnknown.to_string()),
-                        (None, false) => None,
+                    // fails its checks says why it fails, and a liar what it answered).
+                    last_error: match (s.lying, s.last_error, s.network_unknown) {
+                        (Some(m), _, _) => Some(format!(
+                            "wrong answer: {} with {}",
+                            m.method,
+                            m.check.words()
+                        )),
+                        (None, Some(fault), _) => Some(fault.to_string()),
+                        (None, None, true) => Some(super::Fault::NetworkUnknown.to_string()),
+                        (None, None, false) => None,
                     },
                 }
             })

@@ -11,7 +11,7 @@ use rand::Rng;
 use super::args::{Args, Encoding, HeightArg};
 use super::codec::{
     address_str, hash_parts, hex_checksum, hex_decode, hex_plain, id_str, node_id_str,
-    parse_address, parse_id, rfc3339, Id, ShortId, EMPTY_ID,
+    parse_address, parse_id, rfc3339, sha256, Id, ShortId, EMPTY_ID,
 };
 use super::state::{
     Signer, State, Utxo, AVM_ID, DEMO_ADDRS, EVM_ID, GENESIS_TIP, PLATFORM_VM_ID, SUBNET_EVM_ID,
@@ -568,12 +568,25 @@ impl Chain {
         out
     }
 
+    /// The height whose block a node answers for `h`: `h`, or, from a lying node
+    /// (`Faults::lie`), another accepted one (when it sees more than one block).
+    fn told_height(&self, v: &View<'_>, h: u64) -> u64 {
+        if !v.lie {
+            return h;
+        }
+        if h < self.height(v) {
+            h + 1
+        } else {
+            h.saturating_sub(1)
+        }
+    }
+
     fn get_block(&self, v: &View<'_>, p: Option<&Json>) -> Res {
         let a = Args::new(p)?;
         let id = a.id("blockID")?;
         let enc = a.encoding()?;
         match self.st.block_index.get(&id) {
-            Some(&h) if h <= self.height(v) => Ok(self.block_result(h, enc)),
+            Some(&h) if h <= self.height(v) => Ok(self.block_result(self.told_height(v, h), enc)),
             _ => Err(app(format!(
                 "couldn't get block with id {}: not found",
                 id_str(&id)
@@ -588,7 +601,7 @@ impl Chain {
         if h > self.height(v) {
             return Err(app(format!("couldn't get block at height {h}: not found")));
         }
-        Ok(self.block_result(h, enc))
+        Ok(self.block_result(self.told_height(v, h), enc))
     }
 
     fn get_tx(&self, v: &View<'_>, p: Option<&Json>) -> Res {
@@ -600,9 +613,15 @@ impl Chain {
         if h > self.height(v) {
             return Err(not_found());
         }
+        // A lying node answers the first tx of another block, under that tx's own ID.
+        let (h, i) = match self.told_height(v, h) {
+            told if told != h => (told, 0),
+            _ => (h, i),
+        };
         let block = self.st.block_at(h).ok_or_else(not_found)?;
         let tx = block.block.txs.get(i as usize).ok_or_else(not_found)?;
         let bytes = tx.bytes();
+        let id = if v.lie { sha256(&bytes) } else { id };
         let mut out = String::with_capacity(bytes.len() * 3);
         out.push_str("{\"tx\":");
         match encode(enc, &bytes) {
@@ -659,7 +678,7 @@ impl Chain {
             Encoding::Json => Err(super::codec::DecodeError("invalid encoding".into())),
         }
         .map_err(|e| app(format!("problem decoding transaction: {e}")))?;
-        let id = super::codec::sha256(&bytes);
+        let id = sha256(&bytes);
         let id_json = format!("{{\"txID\":\"{}\"}}", id_str(&id));
         if self.st.tx_index.contains_key(&id) {
             return Ok(id_json);

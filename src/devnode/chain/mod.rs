@@ -102,6 +102,8 @@ pub struct View<'a> {
     pub identity: &'a NodeIdentity,
     /// The release the node plays (`info.getNodeVersion`).
     pub version: NodeVersion,
+    /// It lies: `getBlock`, `getBlockByHeight` and `getTx` answer another block's or tx's bytes.
+    pub lie: bool,
 }
 
 /// Why a method call failed.
@@ -438,12 +440,14 @@ mod tests {
             bootstrapped: true,
             identity: &id,
             version: NodeVersion::CURRENT,
+            lie: false,
         };
         let frozen = View {
             height_cap: Some(1002),
             bootstrapped: true,
             identity: &id,
             version: NodeVersion::CURRENT,
+            lie: false,
         };
         assert_eq!(c.height(&live), 1005);
         assert_eq!(
@@ -523,6 +527,7 @@ mod tests {
             bootstrapped: false,
             identity: &id,
             version: NodeVersion::CURRENT,
+            lie: false,
         };
         assert_eq!(
             call(&c, &v, "info.IsBootstrapped", r#"{"chain":"P"}"#).unwrap(),
@@ -560,12 +565,14 @@ mod tests {
             bootstrapped: true,
             identity: &a,
             version: NodeVersion::CURRENT,
+            lie: false,
         };
         let vb = View {
             height_cap: None,
             bootstrapped: true,
             identity: &b,
             version: NodeVersion::CURRENT,
+            lie: false,
         };
         for m in ["info.GetNodeID", "info.Peers", "info.GetNodeIP"] {
             assert_ne!(call(&c, &va, m, "{}"), call(&c, &vb, m, "{}"), "{m}");
@@ -578,6 +585,76 @@ mod tests {
         ] {
             assert_eq!(call(&c, &va, m, "{}"), call(&c, &vb, m, "{}"), "{m}");
         }
+    }
+
+    #[test]
+    fn a_lying_node_answers_another_block_or_tx_well_formed_in_either_encoding() {
+        let c = chain(4);
+        let id = NodeIdentity::generate(4, 0);
+        let view = |lie| View {
+            height_cap: None,
+            bootstrapped: true,
+            identity: &id,
+            version: NodeVersion::CURRENT,
+            lie,
+        };
+        let (honest, liar) = (view(false), view(true));
+        let field = |answer: &str, name: &str| -> Json {
+            Json::parse(answer.as_bytes())
+                .unwrap()
+                .field(name)
+                .unwrap()
+                .clone()
+        };
+        let hex_of = |answer: &str, name: &str| -> Vec<u8> {
+            let text = field(answer, name);
+            codec::hex_decode(text.as_str().unwrap(), true).unwrap()
+        };
+        let block_id = codec::id_str(&c.st.blocks[500].id);
+        let tx_id = codec::id_str(&c.st.block_at(500).unwrap().tx_ids[0]);
+        let get_block = format!(r#"{{"blockID":"{block_id}"}}"#);
+        let get_tx = format!(r#"{{"txID":"{tx_id}"}}"#);
+        // Honest: the bytes hash to the ID asked; the block carries the height asked.
+        let block = hex_of(
+            &call(&c, &honest, "platform.GetBlock", &get_block).unwrap(),
+            "block",
+        );
+        assert_eq!(codec::id_str(&codec::sha256(&block)), block_id);
+        let tx = hex_of(&call(&c, &honest, "platform.GetTx", &get_tx).unwrap(), "tx");
+        assert_eq!(codec::id_str(&codec::sha256(&tx)), tx_id);
+        // Lying: valid hex with its checksum, another block's and another tx's bytes.
+        let block = hex_of(
+            &call(&c, &liar, "platform.GetBlock", &get_block).unwrap(),
+            "block",
+        );
+        assert_ne!(codec::id_str(&codec::sha256(&block)), block_id);
+        let tx = hex_of(&call(&c, &liar, "platform.GetTx", &get_tx).unwrap(), "tx");
+        assert_ne!(codec::id_str(&codec::sha256(&tx)), tx_id);
+        let by_height = |v: &View<'_>, enc: &str| {
+            let p = format!(r#"{{"height":500,"encoding":"{enc}"}}"#);
+            call(&c, v, "platform.GetBlockByHeight", &p).unwrap()
+        };
+        let height_in = |block: &[u8]| u64::from_be_bytes(block[46..54].try_into().unwrap());
+        assert_eq!(height_in(&hex_of(&by_height(&honest, "hex"), "block")), 500);
+        assert_ne!(height_in(&hex_of(&by_height(&liar, "hex"), "block")), 500);
+        // In json: another block, which names its own ID and height; another tx, its own ID.
+        let json = field(&by_height(&liar, "json"), "block");
+        assert_ne!(json.field("height"), Some(&Json::Number("500".into())));
+        let p = format!(r#"{{"blockID":"{block_id}","encoding":"json"}}"#);
+        let json = field(&call(&c, &liar, "platform.GetBlock", &p).unwrap(), "block");
+        assert_ne!(
+            json.field("id").and_then(Json::as_str),
+            Some(block_id.as_str())
+        );
+        let p = format!(r#"{{"txID":"{tx_id}","encoding":"json"}}"#);
+        let json = field(&call(&c, &liar, "platform.GetTx", &p).unwrap(), "tx");
+        assert_ne!(
+            json.field("id").and_then(Json::as_str),
+            Some(tx_id.as_str())
+        );
+        // The lie is about content only: an unknown ID is still not found.
+        let unknown = format!(r#"{{"blockID":"{}"}}"#, codec::id_str(&[9; 32]));
+        assert!(call(&c, &liar, "platform.GetBlock", &unknown).is_err());
     }
 
     #[test]

@@ -56,6 +56,10 @@ pub struct Faults {
     /// Methods (as requests name them) answered HTTP 500 while every other method is served: a
     /// node broken for one method only.
     pub failing_methods: Vec<String>,
+    /// The node lies about what never changes: `platform.getBlock` and `platform.getTx` answer
+    /// another block's or tx's bytes, `platform.getBlockByHeight` the block of another height,
+    /// well formed, in the encoding asked (hex or json).
+    pub lie: bool,
 }
 
 impl Faults {
@@ -125,6 +129,7 @@ pub struct FaultState {
     per_request: AtomicBool,
     bootstrapping: AtomicBool,
     no_info_api: AtomicBool,
+    lie: AtomicBool,
     frozen_at: AtomicU64,
     /// Serialises updates so the atomics and `current` change together.
     update: parking_lot::Mutex<()>,
@@ -140,6 +145,7 @@ impl Default for FaultState {
             per_request: AtomicBool::new(false),
             bootstrapping: AtomicBool::new(false),
             no_info_api: AtomicBool::new(false),
+            lie: AtomicBool::new(false),
             frozen_at: AtomicU64::new(NOT_FROZEN),
             update: parking_lot::Mutex::new(()),
             throttled: AtomicU64::new(0),
@@ -164,6 +170,7 @@ impl FaultState {
             .store(faults.bootstrapping, Ordering::Release);
         self.no_info_api
             .store(faults.no_info_api, Ordering::Release);
+        self.lie.store(faults.lie, Ordering::Release);
         self.per_request
             .store(faults.per_request(), Ordering::Release);
         // Wakes hung requests when `hang` is cleared.
@@ -189,6 +196,11 @@ impl FaultState {
     /// Whether the info API answers 404 (a P-chain-only provider).
     pub fn no_info_api(&self) -> bool {
         self.no_info_api.load(Ordering::Acquire)
+    }
+
+    /// Whether the node lies about blocks and txs.
+    pub fn lie(&self) -> bool {
+        self.lie.load(Ordering::Acquire)
     }
 
     /// Whether the node pretends to bootstrap.
@@ -279,7 +291,7 @@ mod tests {
         let text = serde_json::to_string(&Faults::default()).unwrap();
         assert_eq!(
             text,
-            r#"{"latency":"0s","jitter":"0s","error_rate":0.0,"slow_rate":0.0,"slow_latency":"0s","drop_rate":0.0,"throttle_rate":0.0,"retry_after":null,"hang":false,"frozen":false,"bootstrapping":false,"no_info_api":false,"failing_methods":[]}"#
+            r#"{"latency":"0s","jitter":"0s","error_rate":0.0,"slow_rate":0.0,"slow_latency":"0s","drop_rate":0.0,"throttle_rate":0.0,"retry_after":null,"hang":false,"frozen":false,"bootstrapping":false,"no_info_api":false,"failing_methods":[],"lie":false}"#
         );
     }
 

@@ -102,6 +102,7 @@ impl NodeState {
             bootstrapped: !self.faults.bootstrapping(),
             identity: &self.identity,
             version: self.version(),
+            lie: self.faults.lie(),
         }
     }
 
@@ -117,6 +118,7 @@ impl NodeState {
             bootstrapped: true,
             identity: &self.identity,
             version: self.version(),
+            lie: false,
         };
         self.network.current().height(&view)
     }
