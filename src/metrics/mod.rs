@@ -634,6 +634,24 @@ impl Metrics {
     }
 }
 
+/// Removes every series of `counters` whose label `name` is `value` (a node a reload removed:
+/// its series go with it, whatever its other labels).
+pub fn remove_series_with(counters: &IntCounterVec, name: &str, value: &str) {
+    use prometheus::core::Collector;
+    for family in counters.collect() {
+        for metric in family.get_metric() {
+            let labels: std::collections::HashMap<&str, &str> = metric
+                .get_label()
+                .iter()
+                .map(|l| (l.get_name(), l.get_value()))
+                .collect();
+            if labels.get(name) == Some(&value) {
+                let _ = counters.remove(&labels);
+            }
+        }
+    }
+}
+
 /// The wall clock in unix milliseconds (0 before 1970).
 pub fn unix_ms() -> u64 {
     std::time::SystemTime::now()

@@ -215,21 +215,5 @@ pub(super) fn report(metrics: &Metrics, upstream: &str, event: NodeEvent) {
 
 /// Drops the state-change series of `upstream` (a reload removed it: its series go).
 pub(super) fn forget(metrics: &Metrics, upstream: &str) {
-    use prometheus::core::Collector;
-    let counters = &metrics.upstream_state_changes;
-    for family in counters.collect() {
-        for metric in family.get_metric() {
-            let label = |name: &str| {
-                metric
-                    .get_label()
-                    .iter()
-                    .find(|l| l.get_name() == name)
-                    .map(|l| l.get_value().to_string())
-                    .unwrap_or_default()
-            };
-            if label("upstream") == upstream {
-                let _ = counters.remove_label_values(&[upstream, &label("to"), &label("reason")]);
-            }
-        }
-    }
+    crate::metrics::remove_series_with(&metrics.upstream_state_changes, "upstream", upstream);
 }

@@ -525,7 +525,7 @@ impl Pool {
         let _ = m.upstream_in_flight.remove_label_values(&[name]);
         let _ = m.upstream_cordoned.remove_label_values(&[name]);
         let _ = m.upstream_throttled.remove_label_values(&[name]);
-        forget_cooldowns(m, name);
+        crate::metrics::remove_series_with(&m.upstream_method_cooldowns, "upstream", name);
         let _ = m.upstream_latency.remove_label_values(&[name]);
         let _ = m.upstream_network_mismatch.remove_label_values(&[name]);
         events::forget(m, name);
@@ -610,29 +610,6 @@ impl Pool {
                     .upstream_height
                     .with_label_values(&[name])
                     .set(h as i64);
-            }
-        }
-    }
-}
-
-/// Drops the `snowgate_upstream_method_cooldowns_total` series of `upstream` (one per method it
-/// ever cooled).
-fn forget_cooldowns(metrics: &crate::metrics::Metrics, upstream: &str) {
-    use prometheus::core::Collector;
-    let counters = &metrics.upstream_method_cooldowns;
-    for family in counters.collect() {
-        for metric in family.get_metric() {
-            let label = |name: &str| {
-                metric
-                    .get_label()
-                    .iter()
-                    .find(|l| l.get_name() == name)
-                    .map(|l| l.get_value().to_string())
-            };
-            if label("upstream").as_deref() == Some(upstream) {
-                if let Some(method) = label("method") {
-                    let _ = counters.remove_label_values(&[upstream, &method]);
-                }
             }
         }
     }
