@@ -593,3 +593,42 @@ async fn an_answer_that_depends_on_the_release_is_cached_per_release() {
     assert_eq!(helicon(&again), helicon(&fresh));
     gateway.shutdown().await;
 }
+
+/// Seconding (a second node asked in the background before an answer is kept) is bounded: a
+/// client sending many distinct misses makes the gateway hold at most
+/// `cache::MAX_SECONDINGS` such calls at once, however slow the second node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_secondings_are_bounded() {
+    let limit = snowgate::cache::MAX_SECONDINGS;
+    let cluster = Cluster::start(2, Duration::from_secs(60), |c| {
+        c.cache.verify = snowgate::config::Verify::Quorum;
+        // The second node: a fallback whose answers never come (until the test ends).
+        c.upstreams[1].role = Role::Fallback;
+        c.upstream.request_timeout = Duration::from_secs(60);
+        c.limits.request_deadline = Duration::from_secs(60);
+        c.health.interval = Duration::from_secs(3600);
+        c.health.timeout = Duration::from_secs(1);
+    })
+    .await;
+    healthy_primaries(&cluster).await;
+    cluster.nodes[1].control().update_faults(|f| f.hang = true);
+    let url = format!("{}/ext/bc/P", cluster.url());
+    let misses = limit + 36;
+    for height in 1..=misses {
+        let body = call(
+            "platform.getBlockByHeight",
+            &format!(r#"{{"height":"{height}","encoding":"json"}}"#),
+        );
+        let r = post(&url, &body).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    // Every miss answered at once; the secondings hang on the second node, at most the bound.
+    let held = || upstream(&cluster, "node-1").in_flight;
+    assert!(
+        eventually(Duration::from_secs(60), || held() == limit).await,
+        "{}",
+        held()
+    );
+    assert_eq!(held(), limit);
+    cluster.nodes[1].control().update_faults(|f| f.hang = false);
+}

@@ -713,12 +713,17 @@ where
     }
 }
 
+/// The most secondings in flight at once (see [`second`]).
+pub const MAX_SECONDINGS: usize = 64;
+
 /// Asks another node than the one that gave `first` the same `call`, in a task of its own, and
 /// keeps `first` under `key` (in memory, and in the fleet's Redis for a class it shares) only when
 /// that node returns the same bytes: one node's word that `[cache] verify` wants seconded. Nothing
 /// is kept when the second answers otherwise (which node is right cannot be told: both are
 /// logged), fails, or there is no other node. One seconding at a time per key: a miss meanwhile
-/// is answered by a node and not kept.
+/// is answered by a node and not kept; and at most [`MAX_SECONDINGS`] at once in all, so that a
+/// client sending many distinct misses cannot make the gateway hold as many background calls (a
+/// miss beyond is answered and not kept).
 fn second<S>(
     cache: &Arc<AnswerCache>,
     inner: S,
@@ -734,8 +739,11 @@ fn second<S>(
     let Some(node) = first.upstream.clone() else {
         return;
     };
-    if !cache.seconding.lock().insert(fingerprint) {
-        return;
+    {
+        let mut seconding = cache.seconding.lock();
+        if seconding.len() >= MAX_SECONDINGS || !seconding.insert(fingerprint) {
+            return;
+        }
     }
     let mut call = call.clone();
     call.lookup = Some(Lookup {
