@@ -713,7 +713,7 @@ where
     }
 }
 
-/// The most secondings in flight at once (see [`second`]).
+/// The most secondings (a second node asked before an answer is kept) in flight at once.
 pub const MAX_SECONDINGS: usize = 64;
 
 /// Asks another node than the one that gave `first` the same `call`, in a task of its own, and
