@@ -63,9 +63,15 @@ async fn a_throttling_node_is_held_not_ejected_and_no_client_call_fails() {
         c.cache.enabled = false;
         // Longer than the test, however slow the machine: the hold never ends during it.
         c.health.max_hold_off = Duration::from_secs(600);
+        // Every first attempt is the throttler's (the only primary), whatever the balancer.
+        c.upstreams[1].role = Role::Fallback;
+        c.upstreams[2].role = Role::Fallback;
     })
     .await;
-    healthy(&cluster).await;
+    healthy_primaries(&cluster).await;
+    for name in ["node-1", "node-2"] {
+        assert!(eventually(Duration::from_secs(60), || upstream(&cluster, name).standby).await);
+    }
     let throttler = &cluster.nodes[0];
     throttler.control().set_faults(Faults {
         throttle_rate: 1.0,
@@ -359,6 +365,18 @@ async fn a_node_failing_one_method_cools_for_it_and_keeps_the_others() {
     broken.update_faults(|f| f.failing_methods = vec![BROKEN.to_string()]);
     let url = format!("{}/ext/bc/P", cluster.url());
     let supply = call(BROKEN, "{}");
+    // Its failures, made on it whatever the balancer would choose: an admin's calls pinned to it.
+    let auth = format!("Bearer {ADMIN_KEY}");
+    let pinned = [
+        ("authorization", auth.as_str()),
+        ("x-snowgate-upstream", "node-0"),
+    ];
+    for _ in 0..3 {
+        let r = support::post_with(&url, &supply, &pinned).await;
+        assert_ne!(r.status, 200, "{}", r.body);
+    }
+    assert_eq!(broken.call_count(BROKEN), 3);
+    // Cooled: no client call fails, and the method does not reach it again.
     let mut failed = Vec::new();
     for _ in 0..100 {
         for body in [&supply, &sample()] {
@@ -369,8 +387,7 @@ async fn a_node_failing_one_method_cools_for_it_and_keeps_the_others() {
         }
     }
     assert!(failed.is_empty(), "{failed:?}");
-    // At most the three failures that cooled it; the other method still reaches it.
-    assert!(broken.call_count(BROKEN) <= 3, "{:?}", broken.calls());
+    assert_eq!(broken.call_count(BROKEN), 3, "{:?}", broken.calls());
     let node = upstream(&cluster, "node-0");
     assert!(node.healthy && node.takes_traffic, "{node:?}");
     assert_eq!(node.cooling_methods, [BROKEN], "{node:?}");
@@ -602,16 +619,22 @@ async fn background_secondings_are_bounded() {
     let limit = snowgate::cache::MAX_SECONDINGS;
     let cluster = Cluster::start(2, Duration::from_secs(60), |c| {
         c.cache.verify = snowgate::config::Verify::Quorum;
-        // The second node: a fallback whose answers never come (until the test ends).
+        // The second node: a fallback that never answers the method (until the test ends), and
+        // passes its checks.
         c.upstreams[1].role = Role::Fallback;
         c.upstream.request_timeout = Duration::from_secs(60);
         c.limits.request_deadline = Duration::from_secs(60);
-        c.health.interval = Duration::from_secs(3600);
-        c.health.timeout = Duration::from_secs(1);
     })
     .await;
     healthy_primaries(&cluster).await;
-    cluster.nodes[1].control().update_faults(|f| f.hang = true);
+    assert!(
+        eventually(Duration::from_secs(60), || upstream(&cluster, "node-1")
+            .standby)
+        .await
+    );
+    cluster.nodes[1]
+        .control()
+        .update_faults(|f| f.hanging_methods = vec!["platform.getBlockByHeight".into()]);
     let url = format!("{}/ext/bc/P", cluster.url());
     let misses = limit + 36;
     for height in 1..=misses {
@@ -630,5 +653,8 @@ async fn background_secondings_are_bounded() {
         held()
     );
     assert_eq!(held(), limit);
-    cluster.nodes[1].control().update_faults(|f| f.hang = false);
+    assert!(upstream(&cluster, "node-1").healthy);
+    cluster.nodes[1]
+        .control()
+        .update_faults(|f| f.hanging_methods.clear());
 }

@@ -112,6 +112,7 @@ impl DevnodeArgs {
                 bootstrapping: self.bootstrapping,
                 no_info_api: false,
                 failing_methods: Vec::new(),
+                hanging_methods: Vec::new(),
                 lie: self.lie,
             },
         })

@@ -56,6 +56,9 @@ pub struct Faults {
     /// Methods (as requests name them) answered HTTP 500 while every other method is served: a
     /// node broken for one method only.
     pub failing_methods: Vec<String>,
+    /// Methods whose requests are held without an answer until the list no longer names them
+    /// (as `hang`, for those methods only: the node's health checks still pass).
+    pub hanging_methods: Vec<String>,
     /// The node lies about what never changes: `platform.getBlock` and `platform.getTx` answer
     /// another block's or tx's bytes, `platform.getBlockByHeight` the block of another height,
     /// well formed, in the encoding asked (hex or json).
@@ -193,6 +196,20 @@ impl FaultState {
         !current.failing_methods.is_empty() && current.failing_methods.iter().any(|m| m == method)
     }
 
+    /// Whether any method is held (`hanging_methods`), read before a body is decoded for it.
+    pub fn hangs_methods(&self) -> bool {
+        !self.current.borrow().hanging_methods.is_empty()
+    }
+
+    /// Holds a request for `method` while `hanging_methods` names it (returns at once when it
+    /// does not, or when the node is dropped).
+    pub async fn hold_method(&self, method: &str) {
+        let mut rx = self.current.subscribe();
+        let _ = rx
+            .wait_for(|f| !f.hanging_methods.iter().any(|m| m == method))
+            .await;
+    }
+
     /// Whether the info API answers 404 (a P-chain-only provider).
     pub fn no_info_api(&self) -> bool {
         self.no_info_api.load(Ordering::Acquire)
@@ -291,7 +308,7 @@ mod tests {
         let text = serde_json::to_string(&Faults::default()).unwrap();
         assert_eq!(
             text,
-            r#"{"latency":"0s","jitter":"0s","error_rate":0.0,"slow_rate":0.0,"slow_latency":"0s","drop_rate":0.0,"throttle_rate":0.0,"retry_after":null,"hang":false,"frozen":false,"bootstrapping":false,"no_info_api":false,"failing_methods":[],"lie":false}"#
+            r#"{"latency":"0s","jitter":"0s","error_rate":0.0,"slow_rate":0.0,"slow_latency":"0s","drop_rate":0.0,"throttle_rate":0.0,"retry_after":null,"hang":false,"frozen":false,"bootstrapping":false,"no_info_api":false,"failing_methods":[],"hanging_methods":[],"lie":false}"#
         );
     }
 

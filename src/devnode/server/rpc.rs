@@ -71,6 +71,11 @@ pub async fn serve(node: &NodeState, req: Request<Incoming>, service: Service) -
         Ok(b) => b.to_bytes(),
         Err(_) => return reply::bare(StatusCode::PAYLOAD_TOO_LARGE),
     };
+    if node.faults.hangs_methods() {
+        node.faults
+            .hold_method(&jsonrpc::decode(&body).envelope.method)
+            .await;
+    }
     answer(node, service, &body)
 }
 
