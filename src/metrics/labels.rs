@@ -164,6 +164,7 @@ pub const OUTCOMES: &[&str] = &[
     "parse_error",
     "rate_limited",
     "no_upstream",
+    "upstream_throttled",
     "overloaded",
     "upstream_timeout",
     "upstream_unavailable",
