@@ -48,6 +48,7 @@ mod provider_upstream;
 mod providers;
 mod proxies;
 mod quota_script;
+mod quotas;
 mod reload;
 mod serve_errors;
 mod shutdown;

@@ -34,6 +34,9 @@ use crate::upstream::Pool;
 /// The admin endpoint that purges the answer cache (`?method=NAME` for one method).
 pub const PURGE_PATH: &str = "/snowgate/cache/purge";
 
+/// Where a caller reads its own quota (everyone's, on every listener; never another's).
+pub const QUOTA_PATH: &str = "/snowgate/quota";
+
 /// Where an admin asks for the config file to be read again (as `SIGHUP` does).
 pub const RELOAD_PATH: &str = "/snowgate/reload";
 
@@ -57,6 +60,9 @@ pub enum Endpoint {
     StatusJson,
     /// `POST /snowgate/upstreams/NAME/cordon` or `/uncordon`.
     Cordon,
+    /// `GET /snowgate/quota`: the caller's own quota (answered by the router, which knows who is
+    /// calling).
+    Quota,
 }
 
 /// Who may use an endpoint; see the module doc.
@@ -83,6 +89,7 @@ impl Endpoint {
             STATUS_PATH => Endpoint::Status,
             STATUS_JSON_PATH => Endpoint::StatusJson,
             p if p.starts_with(UPSTREAMS_PREFIX) => Endpoint::Cordon,
+            QUOTA_PATH => Endpoint::Quota,
             _ => return None,
         })
     }
@@ -90,7 +97,9 @@ impl Endpoint {
     /// Who may use it.
     pub fn access(self) -> Access {
         match self {
-            Endpoint::Health | Endpoint::HealthGet | Endpoint::Liveness => Access::Probe,
+            Endpoint::Health | Endpoint::HealthGet | Endpoint::Liveness | Endpoint::Quota => {
+                Access::Probe
+            }
             Endpoint::Metrics | Endpoint::Status | Endpoint::StatusJson => Access::Read,
             Endpoint::Purge | Endpoint::Reload | Endpoint::Cordon => Access::Act,
         }
@@ -224,6 +233,8 @@ impl Admin {
             Endpoint::Status => Ok(page()),
             Endpoint::StatusJson => Ok(self.status_json().await),
             Endpoint::Cordon => self.cordon(method, uri.path()).await,
+            // The router answers it: only it knows who is calling.
+            Endpoint::Quota => Err(ProxyError::NotFound),
         }
     }
 

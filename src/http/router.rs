@@ -15,6 +15,9 @@
 //!   listener);
 //! * anything else: the node's 404.
 //!
+//! Every JSON-RPC answer to a caller charged by a quota says where it stands (the RateLimit header
+//! fields, [`Quota::stamp`]), taken once the answer is made.
+//!
 //! The router's future is boxed: it holds the request body's room while the call runs below it.
 
 use std::convert::Infallible;
@@ -35,7 +38,7 @@ use super::record::{Record, RequestLog};
 use super::request_body::{self, AddressRooms, BodyError, BodyRoom, Meter};
 use super::rpc::{rpc_route, Rpc, RpcRequest};
 use super::{ConnInfo, HttpResponse, X_REQUEST_ID};
-use crate::call::Caller;
+use crate::call::{Caller, ClientId};
 use crate::config::{ClientIpHeader, LimitsConfig};
 use crate::error::{Counted, ProxyError};
 use crate::jsonrpc::http::media_type;
@@ -153,6 +156,46 @@ impl Routes {
     }
 }
 
+impl Routes {
+    /// `GET /snowgate/quota`: the caller's own quota, by its key or its address, at a refused
+    /// call's price (asking is not free, or it would be a way to spin the limiter); over its
+    /// quota, the 429 a call would get. An admin, or anyone with rate limiting off, is told it is
+    /// not limited.
+    fn quota_page(
+        &self,
+        method: &http::Method,
+        headers: &HeaderMap,
+        peer: SocketAddr,
+    ) -> HttpResponse {
+        if method != http::Method::GET {
+            return self.reject(&ProxyError::NotFound);
+        }
+        let caller = self.caller(headers, peer);
+        let unlimited = || {
+            let body = serde_json::json!({ "limited": false, "admin": caller.admin });
+            super::json(http::StatusCode::OK, body.to_string())
+        };
+        if caller.admin {
+            return unlimited();
+        }
+        let mut answer = match self.quota.charge_refused(&caller) {
+            Err(e) => self.reject(&e),
+            Ok(()) => match self.quota.state(&caller.client) {
+                None => return unlimited(),
+                Some(state) => {
+                    let client = match caller.client {
+                        ClientId::Key(_) => "key".to_string(),
+                        ClientId::Ip(ip) => ip.to_string(),
+                    };
+                    super::json(http::StatusCode::OK, state.json(&client).to_string())
+                }
+            },
+        };
+        self.quota.stamp(Some(&caller.client), answer.headers_mut());
+        answer
+    }
+}
+
 /// Routes one connection's requests.
 #[derive(Clone)]
 pub struct RouterLayer {
@@ -213,8 +256,12 @@ where
                 return Box::pin(std::future::ready(Ok(routes.reject(&e))));
             }
             Rpc::No => {
+                let conn = self.conn.clone();
                 return Box::pin(async move {
                     let answer = match Endpoint::at(req.uri().path()) {
+                        Some(Endpoint::Quota) => {
+                            Ok(routes.quota_page(req.method(), req.headers(), conn.peer))
+                        }
                         Some(endpoint) => {
                             let (method, headers) = (req.method(), req.headers());
                             let admin = &routes.admin;
@@ -247,9 +294,15 @@ where
             // Held until the answer is made: the body's bytes live that long.
             let mut room = routes.body_room(&conn, &parts.headers);
             let read = read_rpc_body(&routes, &conn, &caller, body, &mut room);
+            // Where the caller stands, said on its answer (after the answer: what it was charged).
+            let charged = (!caller.admin).then(|| caller.client.clone());
             let body = match read.await {
                 Ok(body) => body,
-                Err(e) => return Ok(routes.refuse_rpc(&e, record)),
+                Err(e) => {
+                    let mut refused = routes.refuse_rpc(&e, record);
+                    routes.quota.stamp(charged.as_ref(), refused.headers_mut());
+                    return Ok(refused);
+                }
             };
             let heavy = body.len() >= HEAVY_BODY;
             let rpc = RpcRequest {
@@ -261,7 +314,10 @@ where
             };
             let answer = OffTheWorker::new(inner.oneshot(rpc), heavy).await;
             drop(room);
-            answer
+            answer.map(|mut response| {
+                routes.quota.stamp(charged.as_ref(), response.headers_mut());
+                response
+            })
         })
     }
 }

@@ -7,15 +7,19 @@
 //! limiter's (tenths of a cost unit).
 //!
 //! **Leases.** A round trip per call would put Redis on every cache hit, so each instance leases
-//! a slice of a client's budget ([`lease_size`]: about 1/2 s of the client's rate, at most
-//! `burst / (2 × expected_instances)`, at least the call's cost) and spends it locally. When a
-//! lease runs below half (or below the cost of the call just paid), one refill per client goes
-//! to Redis in the background; a call that finds too little spends what is there and waits for
-//! Redis for the rest (at most `[redis] timeout`), asking for a lease on top. A lease unused for
-//! [`RETURN_AFTER`] goes back to Redis (the script moves the TAT back, never below now), so an
-//! instance does not sit on budget another instance needs. What Redis refuses is remembered
-//! until the wait it gave has passed: a client over quota is then refused here, without a round
-//! trip per call.
+//! a slice of a client's budget ([`lease_size`]: about 1/2 s of the client's rate, at most a
+//! quarter of its burst) and spends it locally. When a lease runs low, one background script
+//! call per client refills it and reports what was spent from it; a call that finds too little
+//! gives the scraps back and is decided by Redis (waiting at most `[redis] timeout`), with a lease
+//! on top. Redis grants a lease only from what the client has beyond half its burst, and grants a
+//! call from the units out on lease when its room is spent (they are the client's budget, held by
+//! some instance): a client under its budget is never refused, from its first call, whatever the
+//! number of instances; what an instance then spends of a lease granted again elsewhere is
+//! charged when it reports it, and repaid by waiting (`lease.rs` has the argument). A lease
+//! unused for [`RETURN_AFTER`] goes back to Redis. What Redis refuses is remembered until the
+//! wait it gave has passed: a client over quota is then refused here, without a round trip per
+//! call. Calls that cannot wait (refused calls, a body's bytes as they arrive) are owed: charged
+//! to Redis at the lease's next script call whatever the room, so they are never free.
 //!
 //! **Keys**: `{key_prefix}q:ip:<address>` (an IPv6 client's /64), `{key_prefix}q:key:<the first
 //! 32 hex digits of the SHA-256 of a rate-limit key>` (never the key itself) and
@@ -40,7 +44,9 @@ use prometheus::IntCounterVec;
 use redis::Script;
 use sha2::{Digest, Sha256};
 
-pub use super::lease::{lease_size, model, Answer, Ask, GlobalQuota, Lease, RETURN_AFTER};
+pub use super::lease::{
+    lease_size, model, Answer, Ask, GlobalQuota, Lease, Stored, OUT_TTL_MS, RETURN_AFTER,
+};
 use crate::call::ClientId;
 use crate::config::RateLimitConfig;
 use crate::metrics::Metrics;
@@ -72,12 +78,19 @@ pub async fn run(
         .arg(quota.interval_us.to_string())
         .arg(quota.burst)
         .arg(ask.give)
-        .arg(ask.want)
-        .arg(ask.least);
-    let (granted, wait): (i64, i64) = shared.invoke(OP, &invocation).await?;
+        .arg(ask.spent)
+        .arg(ask.force)
+        .arg(ask.need)
+        .arg(ask.lease)
+        .arg(OUT_TTL_MS);
+    let (granted, leased, wait, remaining): (i64, i64, i64, i64) =
+        shared.invoke(OP, &invocation).await?;
+    let whole = |v: i64| u64::try_from(v).unwrap_or(0);
     Ok(Answer {
-        granted: u64::try_from(granted).unwrap_or(0),
-        wait_us: u64::try_from(wait).unwrap_or(0),
+        granted: whole(granted),
+        leased: whole(leased),
+        wait_us: whole(wait),
+        remaining: whole(remaining),
     })
 }
 
@@ -90,8 +103,9 @@ pub enum Verdict {
     Over(Duration),
     /// Redis cannot decide (breaker open, timeout, error): `on_redis_down` decides.
     Down,
-    /// A call that cannot wait (a refused call, charged by the front) and found no lease: decide
-    /// at this instance's share, then [`Global::debit`] Redis.
+    /// A call that cannot wait (a refused call, charged by the front) found no lease but, as far as
+    /// this instance knows, budget: decide at this instance's share too, then [`Global::owe`] the
+    /// units to Redis.
     Share,
 }
 
@@ -128,7 +142,6 @@ pub struct Global {
 impl Global {
     /// Global quotas for `config`'s clients, held in `shared`.
     pub fn new(config: &RateLimitConfig, shared: Arc<Shared>, metrics: &Metrics) -> Global {
-        let n = config.expected_instances;
         let prefix = format!("{}q:", shared.prefix());
         let keys = config
             .keys
@@ -136,7 +149,7 @@ impl Global {
             .map(|k| {
                 let digest = Sha256::digest(k.key.as_bytes());
                 let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-                let quota = GlobalQuota::new(k.requests_per_second, k.burst, n);
+                let quota = GlobalQuota::new(k.requests_per_second, k.burst);
                 Arc::new(Lease::new(format!("{prefix}key:{hex}"), quota, 0))
             })
             .collect();
@@ -144,14 +157,13 @@ impl Global {
         let overflow = GlobalQuota::new(
             config.requests_per_second.saturating_mul(4),
             config.burst.saturating_mul(4),
-            n,
         );
         Global {
             shared,
             script: Script::new(SCRIPT),
             overflow: Arc::new(Lease::new(format!("{prefix}overflow"), overflow, 0)),
             prefix,
-            ip_quota: GlobalQuota::new(config.requests_per_second, config.burst, n),
+            ip_quota: GlobalQuota::new(config.requests_per_second, config.burst),
             ips: DashMap::new(),
             keys,
             max_clients: config.max_clients,
@@ -198,17 +210,34 @@ impl Global {
         }
     }
 
-    /// Units `client`'s lease holds now (0 without one). Adds no lease.
-    pub fn held(&self, client: &ClientId) -> u64 {
-        let lease = match client {
+    /// `client`'s lease if it has one. Adds none.
+    fn existing(&self, client: &ClientId) -> Option<Arc<Lease>> {
+        match client {
             ClientId::Key(i) => self.keys.get(*i).cloned(),
             ClientId::Ip(ip) => match self.ips.get(ip) {
                 Some(lease) => Some(lease.clone()),
                 None if self.ips.len() >= self.max_clients => Some(self.overflow.clone()),
                 None => None,
             },
-        };
-        lease.map_or(0, |l| l.held())
+        }
+    }
+
+    /// Units `client`'s lease holds now (0 without one). Adds no lease.
+    pub fn held(&self, client: &ClientId) -> u64 {
+        self.existing(client).map_or(0, |l| l.held())
+    }
+
+    /// `client`'s budget left as this instance knows it, in units, and its quota (`None`: a key
+    /// out of range). A client with no lease here is taken to have its whole burst (or, once its
+    /// key is read by a call, what Redis says). Adds no lease.
+    pub fn remaining(&self, client: &ClientId) -> Option<(u64, GlobalQuota)> {
+        let now = self.now_ms();
+        match self.existing(client) {
+            Some(lease) => Some((lease.remaining(now), *lease.quota())),
+            None => {
+                matches!(client, ClientId::Ip(_)).then_some((self.ip_quota.burst, self.ip_quota))
+            }
+        }
     }
 
     /// Decides a call costing `units`: from the lease when it holds enough (a refill starts in the
@@ -232,7 +261,7 @@ impl Global {
         let units = u64::from(units);
         if lease.take(units, now) {
             if lease.low(units) {
-                self.refill(&lease, units);
+                self.sync(&lease);
             }
             return Step::Now(Verdict::Allowed);
         }
@@ -244,135 +273,109 @@ impl Global {
             return Step::Now(Verdict::Over(Duration::from_secs(1)));
         }
         if !can_wait {
+            // Decided by what this instance knows of the client's budget (Redis's last word, less
+            // what was spent here since): the units are owed to Redis, and its answer corrects it.
+            let left = lease.remaining(now);
+            if left < units {
+                let wait_ms = ((units - left) as f64 / lease.quota().per_ms())
+                    .ceil()
+                    .max(1.0);
+                return Step::Now(Verdict::Over(Duration::from_millis(wait_ms as u64)));
+            }
             return Step::Now(Verdict::Share);
         }
         let this = Arc::clone(self);
         Step::Wait(Box::pin(async move { this.decide(&lease, units).await }))
     }
 
-    /// Decides a call of `units` the lease could not pay for: spends what the lease holds and asks
-    /// Redis for the rest, plus a lease unless a refill is under way.
+    /// Decides a call of `units` the lease could not pay for, by Redis: waits for the lease's turn
+    /// (a refill in flight may land enough), then gives back what the lease holds, reports what
+    /// was spent and owed, and asks for the call and a lease on top.
     async fn decide(&self, lease: &Lease, units: u64) -> Verdict {
-        let held = lease.take_all(self.now_ms());
-        if held >= units {
-            // A refill landed meanwhile.
-            lease.credit(held - units);
+        let Ok(_turn) = tokio::time::timeout(self.shared.timeout(), lease.turn.lock()).await else {
+            return Verdict::Down;
+        };
+        let now = self.now_ms();
+        if lease.take(units, now) {
             return Verdict::Allowed;
         }
-        let need = units - held;
-        let refill = lease.start_refill();
-        let extra = if refill { lease.size_for(units) } else { 0 };
-        let ask = Ask {
-            give: 0,
-            want: need + extra,
-            least: need,
-        };
-        let answer = run(&self.shared, &self.script, lease.key(), lease.quota(), ask).await;
-        if refill {
-            lease.end_refill();
+        if let Some(wait) = lease.denied(now) {
+            return Verdict::Over(wait);
         }
-        match answer {
-            Ok(a) if a.granted >= need => {
-                self.metrics.leases.with_label_values(&["granted"]).inc();
-                lease.credit(a.granted - need);
-                Verdict::Allowed
-            }
-            Ok(a) => {
-                self.metrics.leases.with_label_values(&["refused"]).inc();
-                lease.credit(held);
-                lease.refused(self.now_ms(), a.wait_us);
-                Verdict::Over(Duration::from_micros(a.wait_us))
+        let mut ask = lease.report(true);
+        ask.need = units;
+        ask.lease = lease.quota().lease;
+        match run(&self.shared, &self.script, lease.key(), lease.quota(), ask).await {
+            Ok(answer) => {
+                lease.answered(&ask, &answer, self.now_ms());
+                if answer.granted == units {
+                    self.metrics.leases.with_label_values(&["granted"]).inc();
+                    Verdict::Allowed
+                } else {
+                    self.metrics.leases.with_label_values(&["refused"]).inc();
+                    Verdict::Over(Duration::from_micros(answer.wait_us))
+                }
             }
             Err(_) => {
-                lease.credit(held);
+                lease.unreport(&ask);
                 Verdict::Down
             }
         }
     }
 
-    /// Refills a lease that runs low after a call of `units`, in the background (one refill per
-    /// lease at a time).
-    fn refill(self: &Arc<Self>, lease: &Arc<Lease>, units: u64) {
-        if !self.shared.available() || !lease.start_refill() {
+    /// Tells Redis what the lease spent and owes and refills it, in the background (one queued
+    /// per lease; a decision in flight reports for it).
+    fn sync(self: &Arc<Self>, lease: &Arc<Lease>) {
+        if !self.shared.available() || !lease.start_sync() {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            lease.end_refill();
+            lease.end_sync();
             return;
         };
         let (this, lease) = (Arc::clone(self), Arc::clone(lease));
         runtime.spawn(async move {
-            let ask = Ask {
-                give: 0,
-                want: lease.size_for(units),
-                least: 1,
-            };
-            let answer = run(&this.shared, &this.script, lease.key(), lease.quota(), ask).await;
-            match answer {
-                Ok(a) if a.granted > 0 => {
-                    this.metrics.leases.with_label_values(&["granted"]).inc();
-                    lease.credit(a.granted);
+            // A decision holding the turn reports and leases for everyone.
+            if let Ok(_turn) = lease.turn.try_lock() {
+                let mut ask = lease.report(false);
+                if lease.low(0) {
+                    ask.lease = lease.quota().lease.saturating_sub(lease.held());
                 }
-                Ok(a) => {
-                    this.metrics.leases.with_label_values(&["refused"]).inc();
-                    lease.refused(this.now_ms(), a.wait_us);
+                match run(&this.shared, &this.script, lease.key(), lease.quota(), ask).await {
+                    Ok(answer) => {
+                        if answer.leased > 0 {
+                            this.metrics.leases.with_label_values(&["granted"]).inc();
+                        }
+                        lease.answered(&ask, &answer, this.now_ms());
+                    }
+                    Err(_) => lease.unreport(&ask),
                 }
-                Err(_) => {}
             }
-            lease.end_refill();
+            lease.end_sync();
         });
     }
 
-    /// Debits `units` that a call decided at this instance's share ([`Verdict::Share`]) spent, in
-    /// the background, with a lease on top (unless a refill is under way), so that the client's
-    /// next such calls are paid from it; if Redis refuses, the client's next calls are refused
-    /// until its wait has passed.
-    pub fn debit(self: &Arc<Self>, client: &ClientId, units: u32) {
+    /// Owes `units` that a call decided at this instance's share ([`Verdict::Share`]) spent: charged
+    /// to Redis at the lease's next script call (started now in the background), whatever the
+    /// room; if that leaves the client over its budget, its next calls wait for it.
+    pub fn owe(self: &Arc<Self>, client: &ClientId, units: u32) {
         let now = self.now_ms();
-        let Some(lease) = self.lease(client, now) else {
-            return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let this = Arc::clone(self);
-        let units = u64::from(units);
-        runtime.spawn(async move {
-            let refill = lease.start_refill();
-            let extra = if refill { lease.size_for(units) } else { 0 };
-            let ask = Ask {
-                give: 0,
-                want: units + extra,
-                least: units,
-            };
-            let answer = run(&this.shared, &this.script, lease.key(), lease.quota(), ask).await;
-            if refill {
-                lease.end_refill();
-            }
-            match answer {
-                Ok(a) if a.granted >= units => {
-                    this.metrics.leases.with_label_values(&["granted"]).inc();
-                    lease.credit(a.granted - units);
-                }
-                Ok(a) => {
-                    this.metrics.leases.with_label_values(&["refused"]).inc();
-                    lease.refused(this.now_ms(), a.wait_us);
-                }
-                Err(_) => {}
-            }
-        });
+        if let Some(lease) = self.lease(client, now) {
+            lease.owe(u64::from(units), now);
+            self.sync(&lease);
+        }
     }
 
-    /// Gives idle leases back to Redis (every lease when the instance stops: `all`), at most
-    /// [`RETURNS_PER_SWEEP`]. Forgetting empty entries is the limiter's pruning
-    /// ([`Global::prune`], every few seconds).
+    /// Gives idle leases back to Redis with what they spent and owe (every lease when the instance
+    /// stops: `all`), at most [`RETURNS_PER_SWEEP`]. Forgetting empty entries is the limiter's
+    /// pruning ([`Global::prune`], every few seconds).
     pub async fn sweep(&self, all: bool) {
         if !self.shared.available() {
             // Keep what is leased: it is spendable here while Redis is away.
             return;
         }
         let now = self.now_ms();
-        let mut idle: Vec<(Arc<Lease>, u64)> = Vec::new();
+        let mut due: Vec<Arc<Lease>> = Vec::new();
         let candidates = self
             .keys
             .iter()
@@ -380,29 +383,27 @@ impl Global {
             .chain(std::iter::once(self.overflow.clone()))
             .chain(self.ips.iter().map(|e| e.value().clone()));
         for lease in candidates {
-            if idle.len() >= RETURNS_PER_SWEEP {
+            if due.len() >= RETURNS_PER_SWEEP {
                 break;
             }
-            let units = if all {
-                lease.drain()
-            } else {
-                lease.drain_idle(now)
-            };
-            if units > 0 {
-                idle.push((lease, units));
+            let something = lease.held() > 0 || lease.unreported();
+            if something && (all || lease.idle(now)) {
+                due.push(lease);
             }
         }
-        for (lease, units) in idle {
-            let ask = Ask {
-                give: units,
-                want: 0,
-                least: 0,
+        for lease in due {
+            let Ok(_turn) = lease.turn.try_lock() else {
+                continue;
             };
-            if run(&self.shared, &self.script, lease.key(), lease.quota(), ask)
-                .await
-                .is_ok()
-            {
-                self.metrics.leases.with_label_values(&["returned"]).inc();
+            let ask = lease.report(true);
+            match run(&self.shared, &self.script, lease.key(), lease.quota(), ask).await {
+                Ok(answer) => {
+                    if ask.give > 0 {
+                        self.metrics.leases.with_label_values(&["returned"]).inc();
+                    }
+                    lease.answered(&ask, &answer, self.now_ms());
+                }
+                Err(_) => lease.unreport(&ask),
             }
         }
     }

@@ -25,7 +25,10 @@
 //! * With `[redis]` and `[rate_limit] scope = "global"`, each client has one quota across the
 //!   fleet, held in Redis ([`global`], its arithmetic apart in `lease.rs`); the buckets here then
 //!   hold this instance's share (`rate / expected_instances`), used only while Redis cannot
-//!   decide and `on_redis_down = "local"`, and for refused calls that find no lease.
+//!   decide and `on_redis_down = "local"`, and as a bound on calls that cannot wait for Redis
+//!   (refused calls, a body's bytes as they arrive), which Redis is then told of.
+//! * Every answer charged to a quota says where the caller stands (`state.rs`: the RateLimit
+//!   header fields, and `GET /snowgate/quota`), from [`Limiter::state`].
 //!
 //! The request path reaches all of this through one handle, [`Quota`] (`quota.rs`, with the
 //! per-call [`RateLimitLayer`]). The layer sits under the policy layer (refused calls cost nothing) and over the cache
@@ -35,8 +38,10 @@ pub mod client;
 pub mod global;
 mod lease;
 mod quota;
+mod state;
 
 pub use quota::{BodyCharge, Quota, RateLimitLayer};
+pub use state::{Policy, QuotaState, POLICY_HEADER, STATE_HEADER};
 
 use std::future::Future;
 use std::net::IpAddr;
@@ -50,6 +55,7 @@ use dashmap::DashMap;
 // The std monotonic clock, not governor's default TSC-based one: that one is calibrated at start
 // and can run fast on a loaded VM, refilling buckets early.
 use governor::clock::{Clock, MonotonicClock};
+use governor::middleware::StateInformationMiddleware;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota as Gcra, RateLimiter};
 use ipnet::IpNet;
@@ -84,16 +90,19 @@ fn quota(rps: u32, burst: u32, share: u32, floor: u32) -> Gcra {
     Gcra::per_second(tenths(units(rps) / share)).allow_burst(tenths(burst))
 }
 
-type Direct = RateLimiter<
-    NotKeyed,
-    InMemoryState,
-    MonotonicClock,
-    governor::middleware::NoOpMiddleware<std::time::Instant>,
->;
+// The state-information middleware: a charge says what it left, for the RateLimit headers.
+type Direct = RateLimiter<NotKeyed, InMemoryState, MonotonicClock, StateInformationMiddleware>;
 
 /// A local bucket, and until when it is known to refuse.
 struct Bucket {
     gcra: Direct,
+    /// Units the bucket held after its last charge, and when (ms since the limiter's epoch):
+    /// with the rate, what it holds now ([`Bucket::remaining`]).
+    known: AtomicU64,
+    known_ms: AtomicU64,
+    /// Units back per millisecond, and the most it holds.
+    per_ms: f64,
+    burst: u64,
     /// The bucket refused a charge and said to wait until then (ms since the limiter's epoch):
     /// until then the client is refused before its request is read.
     denied_until_ms: AtomicU64,
@@ -104,11 +113,34 @@ struct Bucket {
 
 impl Bucket {
     fn new(quota: Gcra) -> Bucket {
+        let per_ms = 1e-6 / quota.replenish_interval().as_secs_f64().max(1e-12);
+        let burst = u64::from(quota.burst_size().get());
         Bucket {
-            gcra: RateLimiter::direct_with_clock(quota, MonotonicClock),
+            gcra: RateLimiter::direct_with_clock(quota, MonotonicClock)
+                .with_middleware::<StateInformationMiddleware>(),
+            known: AtomicU64::new(burst),
+            known_ms: AtomicU64::new(0),
+            per_ms,
+            burst,
             denied_until_ms: AtomicU64::new(0),
             denied_units: AtomicU64::new(0),
         }
+    }
+
+    /// Notes that the bucket held `units` at `now_ms`.
+    fn holds(&self, units: u64, now_ms: u64) {
+        self.known.store(units, Ordering::Relaxed);
+        self.known_ms.store(now_ms, Ordering::Relaxed);
+    }
+
+    /// Units the bucket holds at `now_ms`.
+    fn remaining(&self, now_ms: u64) -> u64 {
+        let since = now_ms.saturating_sub(self.known_ms.load(Ordering::Relaxed));
+        let back = (since as f64 * self.per_ms) as u64;
+        self.known
+            .load(Ordering::Relaxed)
+            .saturating_add(back)
+            .min(self.burst)
     }
 
     /// Remembers a refusal of `units` at `now_ms` that said to wait `wait`.
@@ -165,6 +197,10 @@ pub struct Limiter {
     /// What the status page shows for each key: `key:` and the first 12 hex digits of its
     /// SHA-256, never the key.
     key_labels: Vec<String>,
+    /// The quotas as clients are told them: an address's, the overflow's, each key's.
+    ip_policy: Policy,
+    overflow_policy: Policy,
+    key_policies: Vec<Policy>,
     clients: IntGauge,
     /// Global quotas, when the fleet shares them through Redis.
     global: Option<Arc<Global>>,
@@ -270,6 +306,25 @@ impl Limiter {
             limited: metrics.rate_limited.clone(),
             refusals: parking_lot::Mutex::new(std::collections::HashMap::new()),
             key_labels: config.keys.iter().map(|k| key_label(&k.key)).collect(),
+            ip_policy: Policy {
+                name: "address".into(),
+                requests_per_second: config.requests_per_second,
+                burst: config.burst,
+            },
+            overflow_policy: Policy {
+                name: "shared".into(),
+                requests_per_second: config.requests_per_second.saturating_mul(4),
+                burst: config.burst.saturating_mul(4),
+            },
+            key_policies: config
+                .keys
+                .iter()
+                .map(|k| Policy {
+                    name: "key".into(),
+                    requests_per_second: k.requests_per_second,
+                    burst: k.burst,
+                })
+                .collect(),
             clients: metrics.rate_limit_clients.clone(),
             global,
             on_redis_down: config.on_redis_down,
@@ -381,11 +436,17 @@ impl Limiter {
         let now = self.now_ms();
         let charged = self.with_bucket(client, now, |bucket| {
             let wait = match bucket.gcra.check_n(n) {
-                Ok(Ok(())) => return Ok(()),
+                Ok(Ok(left)) => {
+                    bucket.holds(u64::from(left.remaining_burst_capacity()), now);
+                    return Ok(());
+                }
                 Ok(Err(not_until)) => not_until.wait_time_from(self.clock.now()),
                 // Costs more than the whole burst: validation prevents it, refuse rather than panic.
                 Err(_) => Duration::from_secs(1),
             };
+            // What it holds is what the charge lacked, less what comes back in the wait.
+            let lacked = (wait.as_secs_f64() * 1000.0 * bucket.per_ms) as u64;
+            bucket.holds(u64::from(units).saturating_sub(lacked), now);
             bucket.refused(now, wait, units);
             self.note_denial(now, wait);
             Err(wait)
@@ -489,7 +550,7 @@ impl Limiter {
             Verdict::Share => {
                 self.charge(client, units).map_err(|o| o.error())?;
                 if let Some(global) = &self.global {
-                    global.debit(client, units);
+                    global.owe(client, units);
                 }
                 Ok(())
             }
@@ -509,6 +570,43 @@ impl Limiter {
                 decision
             }
         }
+    }
+
+    /// Where `client` stands now: its policy, what it may spend and when it is whole again (see
+    /// `state.rs`); `None` for a key out of range, which is not limited. With global quotas, the
+    /// client's budget across the fleet as this instance knows it. Adds no client to the table.
+    pub fn state(&self, client: &ClientId) -> Option<QuotaState> {
+        let now = self.now_ms();
+        let (policy, bucket) = match client {
+            ClientId::Key(i) => (self.key_policies.get(*i)?, self.per_key.get(*i)),
+            ClientId::Ip(ip) => match self.per_ip.get(ip) {
+                Some(t) => {
+                    let state = self.state_of(&self.ip_policy, Some(&t.bucket), client, now);
+                    return Some(state);
+                }
+                None if self.per_ip.len() >= self.max_clients => {
+                    (&self.overflow_policy, Some(&self.overflow))
+                }
+                None => (&self.ip_policy, None),
+            },
+        };
+        Some(self.state_of(policy, bucket, client, now))
+    }
+
+    fn state_of(
+        &self,
+        policy: &Policy,
+        bucket: Option<&Bucket>,
+        client: &ClientId,
+        now: u64,
+    ) -> QuotaState {
+        let refused = bucket.and_then(|b| b.denied(now));
+        let full = u64::from(policy.burst) * SCALE as u64;
+        let remaining = match &self.global {
+            Some(global) => global.remaining(client).map_or(full, |(units, _)| units),
+            None => bucket.map_or(full, |b| b.remaining(now)),
+        };
+        QuotaState::new(policy.clone(), remaining, refused)
     }
 
     /// Notes a refusal that lasts `wait` from `now` for [`Limiter::before_body`]'s shortcut.

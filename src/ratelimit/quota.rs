@@ -18,7 +18,7 @@ use futures_util::future::Either;
 use http::HeaderMap;
 use tower::{Layer, Service};
 
-use super::{Admission, Limiter, OverQuota};
+use super::{Admission, Limiter, OverQuota, QuotaState};
 use crate::call::{Answer, Caller, ClientId, HitProbe, RpcCall};
 use crate::error::ProxyError;
 
@@ -47,6 +47,19 @@ impl Quota {
         match &self.limiter {
             Some(l) => l.identify(peer, headers),
             None => ClientId::Ip(peer),
+        }
+    }
+
+    /// Where `client` stands now (`None`: rate limiting is off, or a key not limited).
+    pub fn state(&self, client: &ClientId) -> Option<QuotaState> {
+        self.limiter.as_ref()?.state(client)
+    }
+
+    /// Adds the RateLimit header fields of `client` (`None`: an admin, not charged) to an answer's
+    /// `headers`. Nothing with rate limiting off.
+    pub fn stamp(&self, client: Option<&ClientId>, headers: &mut HeaderMap) {
+        if let Some(state) = client.and_then(|c| self.state(c)) {
+            state.stamp(headers);
         }
     }
 

@@ -288,6 +288,11 @@ impl Shared {
         self.breaker.state()
     }
 
+    /// `[redis] timeout`: how long a request waits for one command.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// `[redis] key_prefix`.
     pub fn prefix(&self) -> &str {
         &self.prefix

@@ -154,6 +154,23 @@ pub async fn post_with(url: &str, body: &str, headers: &[(&str, &str)]) -> Reply
     }
 }
 
+/// A GET of `url` with `headers`.
+pub async fn get_with(url: &str, headers: &[(&str, &str)]) -> Reply {
+    let mut req = client().get(url);
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = resp.text().await.unwrap();
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
 /// POSTs `body` with `Content-Type: application/json`.
 pub async fn post(url: &str, body: &str) -> Reply {
     post_with(url, body, &[]).await
