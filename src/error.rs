@@ -162,6 +162,19 @@ pub enum ProxyError {
         method: String,
         reason: &'static str,
     },
+    /// The height the call asks about is further behind the pool's best height than the method's
+    /// `[methods."NAME"] max_depth` allows (`crate::policy::depth`). Names the limit, never a
+    /// node.
+    #[error(
+        "height {height} is {behind} blocks behind the tip; this endpoint serves {method} at most \
+         {max_depth} blocks back"
+    )]
+    BeyondMaxDepth {
+        method: String,
+        height: u64,
+        behind: u64,
+        max_depth: u64,
+    },
     /// `X-Snowgate-Upstream` names no configured upstream.
     #[error("unknown upstream {} in X-Snowgate-Upstream", Echo::quoted(.0))]
     UnknownUpstream(String),
@@ -216,6 +229,8 @@ impl ProxyError {
             | ReloadFailed(_) => return None,
             Parse { .. } => -32700,
             UnknownMethod { .. } | WrongPath { .. } | Refused { .. } => -32601,
+            // The method is served; this height is not: invalid params, not a missing method.
+            BeyondMaxDepth { .. } => -32602,
             NoSuchMethod(_) => -32000,
             InvalidVersion { .. }
             | IdTooLong(_)
@@ -263,6 +278,7 @@ impl ProxyError {
             | NoSuchMethod(_)
             | WrongPath { .. }
             | Refused { .. }
+            | BeyondMaxDepth { .. }
             | Ambiguous(_)
             | UnknownUpstream(_)
             | TooLargeForNode(_)
@@ -321,6 +337,7 @@ impl ProxyError {
             | NoSuchMethod(_)
             | WrongPath { .. }
             | Refused { .. }
+            | BeyondMaxDepth { .. }
             | UnknownUpstream(_)
             | RateLimited { .. } => Blame::Client,
         }
@@ -357,6 +374,7 @@ impl ProxyError {
             | RefusedAsTooLarge { .. } => call("invalid_request"),
             UnknownMethod { .. } | NoSuchMethod(_) | WrongPath { .. } => call("unknown_method"),
             Refused { .. } => call("refused"),
+            BeyondMaxDepth { .. } => call("beyond_max_depth"),
             RateLimited { .. } => call("rate_limited"),
             QuotaUnavailable => call("quota_unavailable"),
             NoHealthyUpstream => call("no_upstream"),
@@ -523,6 +541,12 @@ mod tests {
                 method: "info.getNodeID".into(),
                 reason: "node-specific methods need an admin key",
             },
+            BeyondMaxDepth {
+                method: "platform.getAllValidatorsAt".into(),
+                height: 12,
+                behind: 1_000_000,
+                max_depth: 1000,
+            },
             UnknownUpstream("x".into()),
             RateLimited {
                 retry_after_secs: 1,
@@ -575,6 +599,7 @@ mod tests {
                 | NoSuchMethod(_)
                 | WrongPath { .. }
                 | Refused { .. }
+                | BeyondMaxDepth { .. }
                 | UnknownUpstream(_)
                 | RateLimited { .. }
                 | QuotaUnavailable

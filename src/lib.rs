@@ -8,9 +8,10 @@
 //!    (the node's 404/405/415, the body within its limits, snowgate's own endpoints) and the
 //!    decoding of the JSON-RPC envelope (or a batch) into calls, with the node's rules
 //!    ([`jsonrpc`]);
-//! 3. per call: `policy` (who may call what), [`ratelimit`] (the caller's quota), [`cache`]
-//!    (answers by finality, identical misses coalesced), [`upstream`] (a healthy node, its answer
-//!    checked), or [`health`] for the node's health API, which the gateway answers itself.
+//! 3. per call: `policy` (who may call what, and how far back), [`ratelimit`] (the caller's
+//!    quota), [`cache`] (answers by finality, identical misses coalesced), [`upstream`] (a healthy
+//!    node, its answer checked), or [`health`] for the node's health API, which the gateway
+//!    answers itself.
 //!
 //! The modules read bottom-up, and none imports one above it or beside it (`tests/layers.rs`):
 //!

@@ -3,8 +3,9 @@
 //! costs against a rate quota, and which param names a block height.
 //!
 //! This is data, not code spread over the layers: the policy, cache and rate-limit layers all read
-//! one [`MethodSpec`]. Operators add methods and change access, cache class, cost or the node
-//! releases that serve a method under `[methods."name"]` in the config.
+//! one [`MethodSpec`]. Operators add methods and change access, cache class, cost, how far back
+//! a height may be (`max_depth`) or the node releases that serve a method under
+//! `[methods."name"]` in the config.
 //!
 //! Each method also carries the avalanchego releases that serve it ([`Served`], the [`VERSIONS`]
 //! table): the pool sends a call only to nodes whose release serves its method.
@@ -128,6 +129,9 @@ pub struct MethodSpec {
     pub cost: u32,
     /// The param that names a block height, for height-aware routing.
     pub height_param: Option<String>,
+    /// How many blocks behind the pool's best height a call's height may be (`None`: any);
+    /// deeper calls are refused by the policy layer. Only with a `height_param`.
+    pub max_depth: Option<u64>,
     /// Has a side effect: sent again to another node only when the first attempt never left.
     pub side_effect: bool,
     /// Its answer depends on the node's release, not only on the network (`info.upgrades`: a
@@ -151,6 +155,9 @@ pub struct MethodOverride {
     pub cache: Option<CacheClass>,
     pub cost: Option<u32>,
     pub height_param: Option<String>,
+    /// `max_depth = 1000`: calls whose height is more than this many blocks behind the pool's
+    /// best height are refused (only on a method with a `height_param`).
+    pub max_depth: Option<u64>,
     pub side_effect: Option<bool>,
     /// `timeout = "30s"`: this method's attempts may take this long instead of
     /// `upstream.request_timeout`.
@@ -348,6 +355,7 @@ impl Registry {
                         cache,
                         cost,
                         height_param: height.map(str::to_string),
+                        max_depth: None,
                         side_effect: name == "platform.issueTx",
                         by_release: name == "info.upgrades",
                         timeout: None,
@@ -401,6 +409,7 @@ impl Registry {
                 cache: CacheClass::Never,
                 cost: 1,
                 height_param: None,
+                max_depth: None,
                 side_effect: false,
                 by_release: false,
                 timeout: None,
@@ -415,6 +424,7 @@ impl Registry {
                 cache: o.cache.unwrap_or(base.cache),
                 cost: o.cost.unwrap_or(base.cost),
                 height_param: o.height_param.clone().or(base.height_param),
+                max_depth: o.max_depth.or(base.max_depth),
                 side_effect: o.side_effect.unwrap_or(base.side_effect),
                 by_release: base.by_release,
                 timeout: o.timeout.or(base.timeout),

@@ -25,7 +25,7 @@
 //!
 //! | | layer | why here |
 //! |---|---|---|
-//! | 8 | policy | refused calls stop before they cost quota or touch a node |
+//! | 8 | policy | refused calls (access, `max_depth`) stop before they cost quota or touch a node |
 //! | 9 | rate limit | after policy (decode charges refusals at `refused_cost`), before the cache (hits are charged, at their own price) |
 //! | 10 | cache | hits never reach the pool; identical misses share one node call |
 //! | 11 | forward | the pool: a healthy node, its own id, its answer checked; or the health API, which the gateway answers itself |
@@ -78,8 +78,9 @@ pub fn rpc(
 ) -> RpcService {
     let hits = cache.clone();
     let service = ServiceBuilder::new()
-        // 8. Refuse before anything costs: a refused call never reaches an upstream.
-        .layer(PolicyLayer)
+        // 8. Refuse before anything costs: a refused call never reaches an upstream. Access, and
+        //    how far back a height may be (`max_depth`, counted from the pool's best height).
+        .layer(PolicyLayer::new(pool.clone() as Arc<dyn BestHeight>))
         // 9. Charge the client's quota: a hit is charged at its own price, so the limiter asks
         //    the cache for its decision (bypass, or the key), which the call carries on to it.
         .option_layer(RateLimitLayer::new(

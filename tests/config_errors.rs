@@ -217,3 +217,21 @@ fn a_broken_line_with_a_secret_is_never_quoted() {
         assert!(stderr.contains("at line "), "{stderr}");
     }
 }
+
+/// `max_depth` counts back from a height the call names: on a method without a height param it
+/// would never apply, and is refused under its own key. With one, built in or given, it is valid.
+#[test]
+fn max_depth_without_a_height_param_is_refused_under_its_key() {
+    let e = refused_naming(
+        "max-depth-no-height",
+        &format!("{NODE}[methods.\"platform.getHeight\"]\nmax_depth = 1000\n"),
+        "methods.\"platform.getHeight\".max_depth",
+    );
+    assert!(e.contains("height parameter"), "{e}");
+    for table in [
+        "[methods.\"platform.getAllValidatorsAt\"]\nmax_depth = 1000\n",
+        "[methods.\"platform.getHeight\"]\nheight_param = \"height\"\nmax_depth = 10\n",
+    ] {
+        snowgate::Config::parse(&format!("{NODE}{table}"), "t.toml").unwrap();
+    }
+}

@@ -17,6 +17,7 @@ mod config_files;
 mod cordons;
 mod cors;
 mod dashboard;
+mod depth;
 mod devnode_agree;
 mod devnode_faults;
 mod devnode_methods;

@@ -9,8 +9,9 @@ use crate::methods::{
 };
 
 /// Checks every override: a method name a node serves, a family matching its service, node
-/// releases written as versions with `since` before `removed_in`, and no override that would
-/// make a keystore method public or a node's or keystore's answer cacheable. `effective` is the
+/// releases written as versions with `since` before `removed_in`, a `max_depth` only where a
+/// height param names a height, and no override that would make a keystore method public or a
+/// node's or keystore's answer cacheable. `effective` is the
 /// registry the overrides make (`Registry::with_overrides(methods)`, built once by the caller).
 pub fn validate(
     methods: &BTreeMap<String, MethodOverride>,
@@ -73,6 +74,18 @@ pub fn validate(
         }
         if o.timeout.is_some_and(|t| t.is_zero()) {
             return invalid(format!("{key}.timeout"), "must be greater than zero");
+        }
+        // A depth is counted from a height the call names: without a height param there is
+        // nothing to count, and the setting would silently never apply.
+        if o.max_depth.is_some()
+            && !effective
+                .get(name)
+                .is_some_and(|m| m.height_param.is_some())
+        {
+            return invalid(
+                format!("{key}.max_depth"),
+                "only a method with a height parameter (height_param) can have a max_depth",
+            );
         }
         // One node's answer (its ID, IP, VMs) or a keystore's must never be served to
         // another caller, whoever the override lets call the method.
@@ -179,6 +192,34 @@ mod tests {
         match validate(&m, &Registry::with_overrides(&m)) {
             Err(ConfigError::Invalid { key, message, .. }) => format!("{key}: {message}"),
             other => panic!("{name}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn max_depth_needs_a_height_param() {
+        let depth = |height_param: Option<&str>| MethodOverride {
+            max_depth: Some(1000),
+            height_param: height_param.map(str::to_string),
+            ..Default::default()
+        };
+        let e = refused("platform.getHeight", depth(None));
+        assert!(
+            e.starts_with("methods.\"platform.getHeight\".max_depth: "),
+            "{e}"
+        );
+        assert!(e.contains("height parameter"), "{e}");
+        // Built in, or given by the same table.
+        for (name, o) in [
+            ("platform.getAllValidatorsAt", depth(None)),
+            ("platform.getValidatorsAt", depth(None)),
+            ("platform.getBlockByHeight", depth(None)),
+            ("platform.getHeight", depth(Some("height"))),
+        ] {
+            let m = BTreeMap::from([(name.to_string(), o)]);
+            assert!(
+                validate(&m, &Registry::with_overrides(&m)).is_ok(),
+                "{name}"
+            );
         }
     }
 

@@ -338,9 +338,12 @@ where
                 }
             }
             Err(e) => {
-                if matches!(e, ProxyError::Refused { .. }) {
-                    // Refused by policy: the answer stands, the next call pays if this one
-                    // went over.
+                if matches!(
+                    e,
+                    ProxyError::Refused { .. } | ProxyError::BeyondMaxDepth { .. }
+                ) {
+                    // Refused by policy (access, or too far back): the answer stands, the next
+                    // call pays if this one went over.
                     let _ = self.charge_refused(caller, None);
                 }
                 self.refuse(e, Some(&spec), caller, client_id.as_deref())

@@ -159,6 +159,7 @@ pub const OUTCOMES: &[&str] = &[
     "ok",
     "rpc_error",
     "refused",
+    "beyond_max_depth",
     "unknown_method",
     "invalid_request",
     "parse_error",

@@ -5,16 +5,23 @@
 //! parses that header (the scheme in any case) and compares keys in constant time, for the rate-limit
 //! keys too.
 //!
+//! The same layer refuses a call that reaches further back than its method's
+//! `[methods."NAME"] max_depth` allows ([`depth`]): a rule of what a caller may ask, like access,
+//! and refused the same way, at the same place, at the same price.
+//!
 //! [`PolicyLayer`] is the first per-call layer, right under decoding, before anything that costs quota or touches a
 //! node, so a refused call never reaches an upstream whatever form it came in.
 
+pub mod depth;
+
 use std::future::{ready, Ready};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures_util::future::Either;
 use tower::{Layer, Service};
 
-use crate::call::{Answer, RpcCall};
+use crate::call::{Answer, BestHeight, RpcCall};
 use crate::error::ProxyError;
 use crate::keys::{self, KeySet};
 use crate::methods::Access;
@@ -65,21 +72,35 @@ impl AdminKeys {
     }
 }
 
-/// Refuses calls the caller may not make (see [`check`]).
-#[derive(Debug, Clone, Default)]
-pub struct PolicyLayer;
+/// Refuses calls the caller may not make (see [`check`]) and calls deeper than their method's
+/// `max_depth` below `best`, the pool's best height ([`depth::check`]).
+#[derive(Clone)]
+pub struct PolicyLayer {
+    best: Arc<dyn BestHeight>,
+}
+
+impl PolicyLayer {
+    /// The layer, reading the tip from `best` (the pool).
+    pub fn new(best: Arc<dyn BestHeight>) -> PolicyLayer {
+        PolicyLayer { best }
+    }
+}
 
 impl<S> Layer<S> for PolicyLayer {
     type Service = Policy<S>;
     fn layer(&self, inner: S) -> Policy<S> {
-        Policy { inner }
+        Policy {
+            inner,
+            best: self.best.clone(),
+        }
     }
 }
 
 /// The service of [`PolicyLayer`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Policy<S> {
     inner: S,
+    best: Arc<dyn BestHeight>,
 }
 
 impl<S> Service<RpcCall> for Policy<S>
@@ -95,7 +116,7 @@ where
     }
 
     fn call(&mut self, call: RpcCall) -> Self::Future {
-        match check(&call) {
+        match check(&call).and_then(|()| depth::check(&call, &*self.best)) {
             Ok(()) => Either::Right(self.inner.call(call)),
             Err(e) => Either::Left(ready(Err(e))),
         }
@@ -157,6 +178,18 @@ mod tests {
         }
     }
 
+    /// A pool whose height is not known yet.
+    struct NoTip;
+
+    impl crate::call::BestHeight for NoTip {
+        fn best_height(&self) -> u64 {
+            0
+        }
+        fn release(&self) -> Option<String> {
+            None
+        }
+    }
+
     #[tokio::test]
     async fn the_layer_never_calls_inner_for_a_refused_call() {
         let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -165,7 +198,7 @@ mod tests {
             seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             async { Err::<Answer, _>(ProxyError::NoHealthyUpstream) }
         });
-        let policy = PolicyLayer.layer(inner);
+        let policy = PolicyLayer::new(std::sync::Arc::new(NoTip)).layer(inner);
         let r = Registry::builtin();
         let refused = policy
             .clone()
