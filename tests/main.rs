@@ -59,4 +59,5 @@ mod upstream_network;
 mod upstream_roles;
 mod upstream_tls;
 mod upstream_versions;
+mod usage;
 mod verify;

@@ -35,6 +35,7 @@ pub mod client;
 pub mod global;
 mod lease;
 mod quota;
+pub mod usage;
 
 pub use quota::{BodyCharge, Quota, RateLimitLayer};
 
