@@ -1,7 +1,8 @@
 //! Usage per key (issue 27): `GET /snowgate/usage` counts exactly the calls each rate-limit key was
 //! served and the cost units they were charged, per UTC hour, in memory on one instance and
-//! across a fleet through a real `redis-server`, also across a Redis restart and a graceful
-//! restart of an instance; tiers give keys their numbers, and a reload changes them.
+//! across a fleet through a real `redis-server`, also across a Redis restart, a Redis stall whose
+//! writes land after the instances gave up on them, and a graceful restart of an instance; tiers
+//! give keys their numbers, and a reload changes them.
 #![allow(clippy::unwrap_used)]
 
 use crate::support;
@@ -295,7 +296,8 @@ async fn spread(fleet: &Fleet, rounds: usize, served: &mut (u64, u64)) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fleets_usage_equals_the_calls_served_across_a_redis_restart_and_an_instance_restart() {
+async fn a_fleets_usage_equals_the_calls_served_across_redis_restarts_and_stalls_and_an_instance_restart(
+) {
     let mut redis = RedisServer::start_persistent();
     let toml = format!(
         "{}[rate_limit]\non_redis_down = \"local\"\nexpected_instances = 3\n",
@@ -325,6 +327,14 @@ async fn a_fleets_usage_equals_the_calls_served_across_a_redis_restart_and_an_in
     spread(&fleet, 2, &mut served).await;
     wait_for_totals(&fleet, served).await;
 
+    // Redis stalls (DEBUG SLEEP) mid-traffic: flushes meanwhile time out or find the breaker
+    // open, and the totals are exact once it wakes (a flush Redis applied but never answered:
+    // `a_flush_redis_applied_but_never_answered_is_counted_once`).
+    let asleep = redis.sleep(Duration::from_millis(1500));
+    spread(&fleet, 2, &mut served).await;
+    asleep.join().unwrap();
+    wait_for_totals(&fleet, served).await;
+
     // A rolling restart of one instance in the middle of the traffic: its last counts are flushed
     // on its way out, and its successor counts anew.
     spread(&fleet, 2, &mut served).await;
@@ -332,4 +342,53 @@ async fn a_fleets_usage_equals_the_calls_served_across_a_redis_restart_and_an_in
     spread(&fleet, 3, &mut served).await;
     wait_for_totals(&fleet, served).await;
     fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_redis_applied_but_never_answered_is_counted_once() {
+    use snowgate::config::RedisConfig;
+    use snowgate::metrics::Metrics;
+    use snowgate::ratelimit::usage::Book;
+    use snowgate::shared::Shared;
+    use support::redis::Resp;
+
+    let redis = RedisServer::start();
+    let metrics = Metrics::new();
+    let shared = Shared::new(
+        &RedisConfig {
+            url: Some(redis.url()),
+            ..Default::default()
+        },
+        &metrics,
+    )
+    .unwrap();
+    shared.check().await;
+    assert!(shared.available());
+    let book = Book::new(Some(shared));
+    for _ in 0..5 {
+        book.served("alpha", 10);
+    }
+    // Redis stalls: the flush is written to it and times out here (25 ms); Redis runs it when it
+    // wakes, and the stop's flush sends the same batch again until Redis answers.
+    let asleep = redis.sleep(Duration::from_millis(1500));
+    book.close().await;
+    asleep.join().unwrap();
+    let timeouts = support::fleet::metric(
+        &String::from_utf8(metrics.render()).unwrap(),
+        "snowgate_redis_errors_total{kind=\"timeout\",op=\"usage\"}",
+    );
+    assert!(timeouts >= 1.0, "the flush never timed out");
+    let keys = redis.keys("snowgate:usage:*");
+    let totals = keys
+        .iter()
+        .find(|k| !k.ends_with(b":applied"))
+        .unwrap_or_else(|| panic!("no usage hash: {keys:?}"));
+    let calls = redis.command(&[b"HGET", totals, b"alpha:calls"]);
+    let tenths = redis.command(&[b"HGET", totals, b"alpha:tenths"]);
+    assert_eq!(calls, Resp::Bulk(Some(b"5".to_vec())), "{keys:?}");
+    assert_eq!(tenths, Resp::Bulk(Some(b"50".to_vec())));
+    // Another stop's flush finds nothing left to send, and changes nothing.
+    book.close().await;
+    let calls = redis.command(&[b"HGET", totals, b"alpha:calls"]);
+    assert_eq!(calls, Resp::Bulk(Some(b"5".to_vec())));
 }
