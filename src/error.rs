@@ -98,6 +98,13 @@ pub enum ProxyError {
     /// The cache could not be purged.
     #[error("{0}")]
     PurgeFailed(String),
+    /// `GET /snowgate/usage` with a query it cannot read (which parameter, and what it expects).
+    #[error("{0}")]
+    BadUsageQuery(String),
+    /// `GET /snowgate/usage` with `[redis]`, while Redis cannot answer: the fleet's totals are
+    /// there.
+    #[error("usage is unavailable while Redis does not answer; retry")]
+    UsageUnavailable,
     /// `POST /snowgate/reload` changed nothing: the file is invalid (file, key, reason), or there
     /// is no file to read.
     #[error("reload failed, the config in force is unchanged: {0}")]
@@ -226,6 +233,8 @@ impl ProxyError {
             | UnknownPurgeMethod(_)
             | NoSuchUpstream(_)
             | PurgeFailed(_)
+            | BadUsageQuery(_)
+            | UsageUnavailable
             | ReloadFailed(_) => return None,
             Parse { .. } => -32700,
             UnknownMethod { .. } | WrongPath { .. } | Refused { .. } => -32601,
@@ -264,7 +273,7 @@ impl ProxyError {
             NotFound | NoSuchUpstream(_) => StatusCode::NOT_FOUND,
             PostRequired(_) | WrongHttpMethod { .. } => StatusCode::METHOD_NOT_ALLOWED,
             UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            BrokenBody | UnknownPurgeMethod(_) => StatusCode::BAD_REQUEST,
+            BrokenBody | UnknownPurgeMethod(_) | BadUsageQuery(_) => StatusCode::BAD_REQUEST,
             Unauthorized => StatusCode::UNAUTHORIZED,
             PurgeFailed(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ReloadFailed(_) => StatusCode::UNPROCESSABLE_ENTITY,
@@ -287,6 +296,7 @@ impl ProxyError {
             NoHealthyUpstream
             | Overloaded
             | QuotaUnavailable
+            | UsageUnavailable
             | UpstreamsThrottled { .. }
             | ConnectionLimit { .. }
             | AnswersUnread => StatusCode::SERVICE_UNAVAILABLE,
@@ -305,6 +315,7 @@ impl ProxyError {
             | Overloaded
             | QuotaUnavailable
             | PurgeFailed(_)
+            | UsageUnavailable
             | ReloadFailed(_)
             | ConnectionLimit { per_address: false } => Blame::Proxy,
             UpstreamTimeout { .. }
@@ -322,6 +333,7 @@ impl ProxyError {
             | AnswersUnread
             | Unauthorized
             | UnknownPurgeMethod(_)
+            | BadUsageQuery(_)
             | NoSuchUpstream(_)
             | Parse { .. }
             | InvalidVersion { .. }
@@ -358,9 +370,12 @@ impl ProxyError {
             ConnectionLimit { .. } => http("connection_limit"),
             AnswersUnread => http("answers_unread"),
             Unauthorized => http("unauthorized"),
-            UnknownPurgeMethod(_) | NoSuchUpstream(_) | PurgeFailed(_) | ReloadFailed(_) => {
-                http("bad_admin_request")
-            }
+            UnknownPurgeMethod(_)
+            | NoSuchUpstream(_)
+            | PurgeFailed(_)
+            | ReloadFailed(_)
+            | BadUsageQuery(_)
+            | UsageUnavailable => http("bad_admin_request"),
             Parse { .. } => call("parse_error"),
             InvalidVersion { .. }
             | IdTooLong(_)
@@ -509,6 +524,8 @@ mod tests {
             UnknownPurgeMethod("platform.nope".into()),
             NoSuchUpstream("node-z".into()),
             PurgeFailed("why".into()),
+            BadUsageQuery("from: expected a UTC date or hour".into()),
+            UsageUnavailable,
             ReloadFailed("why".into()),
             Parse {
                 message: "EOF".into(),
@@ -584,6 +601,8 @@ mod tests {
                 | UnknownPurgeMethod(_)
                 | NoSuchUpstream(_)
                 | PurgeFailed(_)
+                | BadUsageQuery(_)
+                | UsageUnavailable
                 | ReloadFailed(_)
                 | Parse { .. }
                 | InvalidVersion { .. }

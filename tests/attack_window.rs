@@ -707,11 +707,7 @@ async fn the_window_shows_no_secret_and_no_node_address() {
         .insert("x-api-key".into(), provider.into());
     config.rate_limit.enabled = true;
     config.cache.enabled = false;
-    config.rate_limit.keys = vec![snowgate::config::KeyQuota {
-        key: limit_key.into(),
-        requests_per_second: 1,
-        burst: 10,
-    }];
+    config.rate_limit.keys = vec![snowgate::config::KeyQuota::new(limit_key, 1, 10)];
     let bad: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
     let source = {
         let (config, bad) = (config.clone(), bad.clone());

@@ -235,3 +235,73 @@ fn max_depth_without_a_height_param_is_refused_under_its_key() {
         snowgate::Config::parse(&format!("{NODE}{table}"), "t.toml").unwrap();
     }
 }
+
+/// A key of `[[rate_limit.keys]]` whose value must never appear in an error.
+const SECRET_KEY: &str = "never-shown-rate-limit-key-0123456789";
+
+#[test]
+fn keys_take_a_tiers_numbers_or_their_own() {
+    let text = format!(
+        "{NODE}[[rate_limit.tiers]]\nname = \"gold\"\nrequests_per_second = 500\nburst = 900\n\
+         [[rate_limit.keys]]\nkey = \"{SECRET_KEY}\"\nname = \"acme-prod\"\ntier = \"gold\"\n\
+         [[rate_limit.keys]]\nkey = \"another-rate-limit-key-0123456789\"\nrequests_per_second = 7\nburst = 70\n"
+    );
+    let config = snowgate::Config::parse(&text, "t.toml").unwrap();
+    let rl = &config.rate_limit;
+    assert_eq!(rl.key_quota(0), (500, 900));
+    assert_eq!(rl.key_quota(1), (7, 70));
+    assert_eq!(rl.key_name(0), "acme-prod");
+    // Unnamed: its `key:` label, never the key.
+    assert!(rl.key_name(1).starts_with("key:"), "{}", rl.key_name(1));
+    assert!(!format!("{config:?}").contains(SECRET_KEY));
+    let out = run("tiers-ok", &["check"], &text);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
+
+#[test]
+fn a_key_naming_an_unknown_tier_is_refused_naming_the_key_never_showing_it() {
+    let tier = "[[rate_limit.tiers]]\nname = \"gold\"\nrequests_per_second = 500\nburst = 900\n";
+    let key = |rest: &str| format!("[[rate_limit.keys]]\nkey = \"{SECRET_KEY}\"\n{rest}");
+    let cases = [
+        (
+            format!("{tier}{}", key("tier = \"platinum\"\n")),
+            "rate_limit.keys[0].tier",
+        ),
+        (
+            format!("{tier}{}", key("tier = \"gold\"\nburst = 10\n")),
+            "rate_limit.keys[0].tier",
+        ),
+        (key("burst = 10\n"), "rate_limit.keys[0].requests_per_second"),
+        (
+            key("name = \"has space\"\nrequests_per_second = 1\nburst = 10\n"),
+            "rate_limit.keys[0].name",
+        ),
+        (
+            format!(
+                "{}{}",
+                key("name = \"a\"\nrequests_per_second = 1\nburst = 10\n"),
+                "[[rate_limit.keys]]\nkey = \"another-rate-limit-key-0123456789\"\nname = \"a\"\ntier = \"gold\"\n"
+            ),
+            "rate_limit.keys[1].name",
+        ),
+        (format!("{tier}{tier}"), "rate_limit.tiers[1].name"),
+        (
+            "[[rate_limit.tiers]]\nname = \"gold\"\nrequests_per_second = 0\nburst = 900\n".into(),
+            "rate_limit.tiers[0].requests_per_second",
+        ),
+    ];
+    for (i, (rest, path)) in cases.iter().enumerate() {
+        let text = format!("{NODE}{rest}");
+        let e = refused_naming(&format!("tier-{i}"), &text, path);
+        assert!(!e.contains(SECRET_KEY), "{e}");
+        let out = run(&format!("tier-out-{i}"), &["check"], &text);
+        let all = format!("{out:?}");
+        assert!(!all.contains(SECRET_KEY), "{all}");
+    }
+    let e = refused_naming(
+        "tier-unknown",
+        &format!("{NODE}{tier}{}", key("tier = \"platinum\"\n")),
+        "rate_limit.keys[0].tier",
+    );
+    assert!(e.contains("platinum"), "{e}");
+}

@@ -92,11 +92,7 @@ async fn rate_limit_keys_accept_bearer_in_any_case_and_only_the_exact_key() {
         cfg.rate_limit.requests_per_second = 1;
         cfg.rate_limit.burst = 10;
         cfg.rate_limit.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
-        cfg.rate_limit.keys = vec![snowgate::ratelimit::KeyQuota {
-            key: RATE_KEY.into(),
-            requests_per_second: 1000,
-            burst: 1000,
-        }];
+        cfg.rate_limit.keys = vec![snowgate::ratelimit::KeyQuota::new(RATE_KEY, 1000, 1000)];
     })
     .await;
     let url = format!("{}/ext/bc/P", c.url());

@@ -61,4 +61,5 @@ mod upstream_network;
 mod upstream_roles;
 mod upstream_tls;
 mod upstream_versions;
+mod usage;
 mod verify;

@@ -79,11 +79,7 @@ async fn keys_have_their_own_quota_and_admins_are_not_limited() {
     let key = "explorer-team-key-0123456789";
     let c = Cluster::start(1, SLOW_CHAIN, |cfg| {
         limited(cfg, 1, 10);
-        cfg.rate_limit.keys = vec![snowgate::ratelimit::KeyQuota {
-            key: key.into(),
-            requests_per_second: 1000,
-            burst: 1000,
-        }];
+        cfg.rate_limit.keys = vec![snowgate::ratelimit::KeyQuota::new(key, 1000, 1000)];
     })
     .await;
     let url = format!("{}/ext/bc/P", c.url());

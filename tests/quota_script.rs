@@ -249,11 +249,7 @@ fn config(rps: u32, burst: u32, instances: u32, on_down: OnRedisDown) -> RateLim
         expected_instances: instances,
         on_redis_down: on_down,
         cached_cost_factor: 1.0,
-        keys: vec![KeyQuota {
-            key: "rate-limit-key-0123456789abcdef".into(),
-            requests_per_second: rps,
-            burst,
-        }],
+        keys: vec![KeyQuota::new("rate-limit-key-0123456789abcdef", rps, burst)],
         ..Default::default()
     }
 }

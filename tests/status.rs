@@ -464,11 +464,7 @@ async fn the_most_limited_clients_show_addresses_and_hashed_keys_never_a_key() {
         config.rate_limit.enabled = true;
         config.rate_limit.requests_per_second = 1;
         config.rate_limit.burst = 10;
-        config.rate_limit.keys = vec![snowgate::ratelimit::KeyQuota {
-            key: key.to_string(),
-            requests_per_second: 1,
-            burst: 10,
-        }];
+        config.rate_limit.keys = vec![snowgate::ratelimit::KeyQuota::new(key, 1, 10)];
         config.cache.enabled = false;
     })
     .await;

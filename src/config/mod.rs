@@ -33,7 +33,7 @@ pub use admin::AdminConfig;
 pub use cache::{CacheConfig, Verify};
 pub use limits::LimitsConfig;
 pub use log::{LogConfig, LogFormat};
-pub use rate_limit::{ClientIpHeader, KeyQuota, OnRedisDown, QuotaScope, RateLimitConfig};
+pub use rate_limit::{ClientIpHeader, KeyQuota, OnRedisDown, QuotaScope, RateLimitConfig, Tier};
 pub use redis::RedisConfig;
 pub use server::ServerConfig;
 pub use upstream::{

@@ -40,6 +40,7 @@ use crate::logging::FilterError;
 use crate::methods::Registry;
 use crate::metrics::{CounterTable, HistogramTable, Metrics, OUTCOMES};
 use crate::policy::AdminKeys;
+use crate::ratelimit::usage::{Book, Usage};
 use crate::ratelimit::{Limiter, Quota};
 use crate::shared::{RedisSetupError, Shared};
 use crate::stack::{SharedRpc, Stack};
@@ -221,6 +222,11 @@ impl Gateway {
         self.live.core.shared.as_ref()
     }
 
+    /// The usage counts of the rate-limit keys.
+    pub fn usage(&self) -> &Arc<Book> {
+        &self.live.core.usage
+    }
+
     /// Reads the config source again and applies it (what `SIGHUP` and `POST /snowgate/reload`
     /// do); `Err` says why nothing changed. One reload runs at a time.
     pub async fn reload(&self) -> Result<ReloadReport, ReloadError> {
@@ -245,6 +251,8 @@ impl Gateway {
         for server in self.done {
             let _ = server.await;
         }
+        // Every request has drained: the last usage counts go to the fleet's Redis.
+        self.live.core.usage.close().await;
     }
 }
 
@@ -301,6 +309,8 @@ pub(crate) struct Core {
     pub(crate) shared: Option<Arc<Shared>>,
     pub(crate) metrics: Metrics,
     pub(crate) draining: Arc<AtomicBool>,
+    /// The keys' usage, counted across reloads (flushed to Redis with `[redis]`).
+    pub(crate) usage: Arc<Book>,
     request_ids: RequestIdLayer,
     /// The status page's samples.
     pub(crate) board: Arc<StatusBoard>,
@@ -362,8 +372,10 @@ impl Core {
             cache.share_network(id);
         }
         let board = StatusBoard::new(metrics.clone());
+        let usage = Book::new(shared.clone());
         if let Some(stop) = background {
             board.spawn(stop.clone());
+            usage.spawn_flusher(stop.clone());
             pool.spawn_health_checks(stop.clone());
             if let Some(shared) = &shared {
                 shared.spawn_watcher(stop.clone());
@@ -380,6 +392,7 @@ impl Core {
             shared,
             metrics,
             draining: Arc::new(AtomicBool::new(false)),
+            usage,
             request_ids: RequestIdLayer::new(),
             board,
         })
@@ -452,7 +465,7 @@ impl Generation {
         config: &Config,
         reload: Option<Arc<dyn crate::call::Reload>>,
     ) -> Stack {
-        let quota = Quota::new(self.limiter.clone());
+        let quota = Quota::new(self.limiter.clone()).with_usage(Usage::new(core.usage.clone()));
         let health = Arc::new(HealthApi::new(
             core.pool.clone(),
             core.draining.clone(),

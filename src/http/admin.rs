@@ -1,7 +1,8 @@
 //! snowgate's own endpoints beside the RPC paths: the pool's health as a load balancer reads it
 //! (`GET /ext/health`, and `/ext/health/health`, `/ext/health/readiness` by any method, as on a
 //! node), liveness (`/ext/health/liveness`, any method), Prometheus metrics (`GET /metrics`), the
-//! status page and its JSON ([`super::status`]), and the admin's actions: the cache purge
+//! status page and its JSON ([`super::status`]), the keys' usage (`GET /snowgate/usage`,
+//! [`super::usage`]), and the admin's actions: the cache purge
 //! (`POST /snowgate/cache/purge[?method=NAME]`), a reload (`POST /snowgate/reload`) and cordons
 //! (`POST /snowgate/upstreams/NAME/cordon|uncordon`). The node's health API over JSON-RPC
 //! (`POST /ext/health`) is not here: its calls go through the per-call stack like any other
@@ -21,7 +22,10 @@ use std::sync::Arc;
 use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use tokio::sync::Semaphore;
 
-use super::status::{Facts, StatusBoard, PAGE, STATUS_JSON_PATH, STATUS_PATH, UPSTREAMS_PREFIX};
+use super::status::{
+    Facts, StatusBoard, UsageRow, PAGE, STATUS_JSON_PATH, STATUS_PATH, UPSTREAMS_PREFIX,
+};
+use super::usage::USAGE_PATH;
 use super::{json, HttpResponse, Surface};
 use crate::cache::AnswerCache;
 use crate::error::ProxyError;
@@ -36,6 +40,9 @@ pub const PURGE_PATH: &str = "/snowgate/cache/purge";
 
 /// Where a caller reads its own quota (everyone's, on every listener; never another's).
 pub const QUOTA_PATH: &str = "/snowgate/quota";
+
+/// The keys the status page lists by their usage this hour.
+const TOP_KEYS: usize = 10;
 
 /// Where an admin asks for the config file to be read again (as `SIGHUP` does).
 pub const RELOAD_PATH: &str = "/snowgate/reload";
@@ -63,6 +70,8 @@ pub enum Endpoint {
     /// `GET /snowgate/quota`: the caller's own quota (answered by the router, which knows who is
     /// calling).
     Quota,
+    /// `GET /snowgate/usage`: the rate-limit keys' usage ([`super::usage`]).
+    Usage,
 }
 
 /// Who may use an endpoint; see the module doc.
@@ -90,6 +99,7 @@ impl Endpoint {
             STATUS_JSON_PATH => Endpoint::StatusJson,
             p if p.starts_with(UPSTREAMS_PREFIX) => Endpoint::Cordon,
             QUOTA_PATH => Endpoint::Quota,
+            USAGE_PATH => Endpoint::Usage,
             _ => return None,
         })
     }
@@ -100,7 +110,9 @@ impl Endpoint {
             Endpoint::Health | Endpoint::HealthGet | Endpoint::Liveness | Endpoint::Quota => {
                 Access::Probe
             }
-            Endpoint::Metrics | Endpoint::Status | Endpoint::StatusJson => Access::Read,
+            Endpoint::Metrics | Endpoint::Status | Endpoint::StatusJson | Endpoint::Usage => {
+                Access::Read
+            }
             Endpoint::Purge | Endpoint::Reload | Endpoint::Cordon => Access::Act,
         }
     }
@@ -235,6 +247,11 @@ impl Admin {
             Endpoint::Cordon => self.cordon(method, uri.path()).await,
             // The router answers it: only it knows who is calling.
             Endpoint::Quota => Err(ProxyError::NotFound),
+            Endpoint::Usage if method != Method::GET => Err(ProxyError::NotFound),
+            Endpoint::Usage => match self.quota.usage().book() {
+                Some(book) => super::usage::answer(book, query).await,
+                None => Err(ProxyError::NotFound),
+            },
         }
     }
 
@@ -254,6 +271,16 @@ impl Admin {
             cache,
             redis_up: self.health.redis_up(),
             limiter: self.quota.limiter().map(|l| &**l),
+            usage_this_hour: match self.quota.usage().book() {
+                Some(book) => {
+                    let (scope, keys) = book.top_this_hour(TOP_KEYS).await;
+                    UsageRow {
+                        scope: Some(scope),
+                        keys,
+                    }
+                }
+                None => UsageRow::default(),
+            },
         });
         let mut body = serde_json::to_vec(&report).unwrap_or_default();
         body.push(b'\n');
@@ -610,6 +637,12 @@ mod tests {
             (Metrics, P, false, false, true, true, NeedsKey),
             (StatusJson, P, false, false, true, true, NeedsKey),
             (StatusJson, P, false, true, false, false, Serve),
+            // Usage is read as the status JSON is.
+            (Usage, A, true, false, true, true, Serve),
+            (Usage, A, true, false, false, true, NeedsKey),
+            (Usage, P, true, true, true, true, Hidden),
+            (Usage, P, false, false, true, true, NeedsKey),
+            (Usage, P, false, true, false, false, Serve),
             // Actions: the key, wherever they are served; a local name is no key.
             (Purge, A, true, false, true, true, NeedsKey),
             (Reload, A, true, true, false, false, Serve),

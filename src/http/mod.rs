@@ -29,6 +29,7 @@ pub mod router;
 pub mod rpc;
 pub mod status;
 pub mod trace;
+pub mod usage;
 
 use std::net::SocketAddr;
 

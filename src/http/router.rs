@@ -183,8 +183,14 @@ impl Routes {
             Ok(()) => match self.quota.state(&caller.client) {
                 None => return unlimited(),
                 Some(state) => {
-                    let client = match caller.client {
-                        ClientId::Key(_) => "key".to_string(),
+                    // Its key's name (never the key), or its address as the limiter sees it.
+                    let client = match &caller.client {
+                        ClientId::Key(_) => self
+                            .quota
+                            .limiter()
+                            .and_then(|l| l.key_name(&caller.client))
+                            .unwrap_or("key")
+                            .to_string(),
                         ClientId::Ip(ip) => ip.to_string(),
                     };
                     super::json(http::StatusCode::OK, state.json(&client).to_string())

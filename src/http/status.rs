@@ -237,6 +237,7 @@ impl StatusBoard {
                     .into_iter()
                     .map(|(client, limited)| Limited { client, limited })
                     .collect(),
+                usage_this_hour: facts.usage_this_hour,
             },
             events: self.metrics.events.newest_first(),
         }
@@ -252,6 +253,17 @@ pub struct Facts<'a> {
     /// The shared tier's Redis (`None` without `[redis]`).
     pub redis_up: Option<bool>,
     pub limiter: Option<&'a crate::ratelimit::Limiter>,
+    /// The keys served most this hour, and whose counts they are (`crate::ratelimit::usage`).
+    pub usage_this_hour: UsageRow,
+}
+
+/// The keys served most calls this hour: the fleet's with Redis, else (or while Redis does not
+/// answer) this instance's.
+#[derive(Debug, Default, Serialize)]
+pub struct UsageRow {
+    /// `"fleet"` or `"instance"`; absent when usage is not counted.
+    pub scope: Option<crate::ratelimit::usage::Scope>,
+    pub keys: Vec<crate::ratelimit::usage::KeyTotal>,
 }
 
 /// A node's state on the page, and why.
@@ -517,6 +529,7 @@ struct LimitRow {
     clients_tracked: Option<u64>,
     limited_per_second: f64,
     top_limited: Vec<Limited>,
+    usage_this_hour: UsageRow,
 }
 
 #[derive(Debug, Serialize)]

@@ -143,7 +143,7 @@ pub const FALLBACK_DECISIONS: &[&str] = &["allowed", "denied"];
 pub const LEASE_RESULTS: &[&str] = &["granted", "refused", "returned"];
 
 /// The values of the `op` label of `snowgate_redis_errors_total`.
-pub const REDIS_OPS: &[&str] = &["cache_get", "cache_set", "cordon", "ping", "quota"];
+pub const REDIS_OPS: &[&str] = &["cache_get", "cache_set", "cordon", "ping", "quota", "usage"];
 
 /// The values of the `kind` label of `snowgate_redis_errors_total`.
 pub const REDIS_ERROR_KINDS: &[&str] = &["timeout", "error"];

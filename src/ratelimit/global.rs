@@ -146,10 +146,12 @@ impl Global {
         let keys = config
             .keys
             .iter()
-            .map(|k| {
+            .enumerate()
+            .map(|(i, k)| {
                 let digest = Sha256::digest(k.key.as_bytes());
                 let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-                let quota = GlobalQuota::new(k.requests_per_second, k.burst);
+                let (rps, burst) = config.key_quota(i);
+                let quota = GlobalQuota::new(rps, burst);
                 Arc::new(Lease::new(format!("{prefix}key:{hex}"), quota, 0))
             })
             .collect();
@@ -440,11 +442,11 @@ mod tests {
     #[tokio::test]
     async fn keys_never_hold_the_client_key_itself() {
         let cfg = RateLimitConfig {
-            keys: vec![crate::config::KeyQuota {
-                key: "a-very-secret-rate-limit-key".into(),
-                requests_per_second: 10,
-                burst: 10,
-            }],
+            keys: vec![crate::config::KeyQuota::new(
+                "a-very-secret-rate-limit-key",
+                10,
+                10,
+            )],
             ..Default::default()
         };
         let metrics = Metrics::new();

@@ -39,6 +39,7 @@ pub mod global;
 mod lease;
 mod quota;
 mod state;
+pub mod usage;
 
 pub use quota::{BodyCharge, Quota, RateLimitLayer};
 pub use state::{Policy, QuotaState, POLICY_HEADER, STATE_HEADER};
@@ -194,8 +195,8 @@ pub struct Limiter {
     limited: IntCounterVec,
     /// The clients refused most, for the status page.
     refusals: parking_lot::Mutex<std::collections::HashMap<ClientId, u64>>,
-    /// What the status page shows for each key: `key:` and the first 12 hex digits of its
-    /// SHA-256, never the key.
+    /// What the status page and usage show for each key: its `name`, else `key:` and the first
+    /// 12 hex digits of its SHA-256 ([`RateLimitConfig::key_name`]); never the key.
     key_labels: Vec<String>,
     /// The quotas as clients are told them: an address's, the overflow's, each key's.
     ip_policy: Policy,
@@ -288,16 +289,17 @@ impl Limiter {
                 floor,
             )),
             keys: KeySet::new(config.keys.iter().map(|k| k.key.as_bytes())),
-            per_key: config
-                .keys
-                .iter()
-                .map(|k| Bucket::new(quota(k.requests_per_second, k.burst, share, floor)))
+            per_key: (0..config.keys.len())
+                .map(|i| config.key_quota(i))
+                .map(|(rps, burst)| Bucket::new(quota(rps, burst, share, floor)))
                 .collect(),
             max_clients: config.max_clients,
             prune_wanted: Notify::new(),
             body_bytes_per_unit: u64::from(config.body_bytes_per_unit.max(1)),
             ip_burst: config.burst,
-            key_bursts: config.keys.iter().map(|k| k.burst).collect(),
+            key_bursts: (0..config.keys.len())
+                .map(|i| config.key_quota(i).1)
+                .collect(),
             cached_cost_factor: config.cached_cost_factor,
             refused_cost: config.refused_cost,
             trusted: config.trusted_proxies.clone(),
@@ -305,7 +307,7 @@ impl Limiter {
             clock: MonotonicClock,
             limited: metrics.rate_limited.clone(),
             refusals: parking_lot::Mutex::new(std::collections::HashMap::new()),
-            key_labels: config.keys.iter().map(|k| key_label(&k.key)).collect(),
+            key_labels: (0..config.keys.len()).map(|i| config.key_name(i)).collect(),
             ip_policy: Policy {
                 name: "address".into(),
                 requests_per_second: config.requests_per_second,
@@ -316,13 +318,15 @@ impl Limiter {
                 requests_per_second: config.requests_per_second.saturating_mul(4),
                 burst: config.burst.saturating_mul(4),
             },
-            key_policies: config
-                .keys
-                .iter()
-                .map(|k| Policy {
-                    name: "key".into(),
-                    requests_per_second: k.requests_per_second,
-                    burst: k.burst,
+            key_policies: (0..config.keys.len())
+                .map(|i| {
+                    let (requests_per_second, burst) = config.key_quota(i);
+                    Policy {
+                        // Its tier's name (the plan it is on), else "key": never its own name.
+                        name: config.keys[i].tier.clone().unwrap_or_else(|| "key".into()),
+                        requests_per_second,
+                        burst,
+                    }
                 })
                 .collect(),
             clients: metrics.rate_limit_clients.clone(),
@@ -351,7 +355,7 @@ impl Limiter {
 
     /// The `n` clients refused most since this limiter was made (a reload that changes
     /// `[rate_limit]` starts again), most refused first: an address as the limiter sees it (an
-    /// IPv6 /64), or a key's `key:` hash label.
+    /// IPv6 /64), or a key's name ([`Limiter::key_name`]).
     pub fn most_refused(&self, n: usize) -> Vec<(String, u64)> {
         let mut top: Vec<(ClientId, u64)> = self
             .refusals
@@ -370,6 +374,14 @@ impl Limiter {
                 (shown, count)
             })
             .collect()
+    }
+
+    /// The name of key client `client` (`None`: an address, or a key of another config).
+    pub fn key_name(&self, client: &ClientId) -> Option<&str> {
+        match client {
+            ClientId::Key(i) => self.key_labels.get(*i).map(String::as_str),
+            ClientId::Ip(_) => None,
+        }
     }
 
     /// Works out who a request comes from.
@@ -711,16 +723,6 @@ const MIN_PRUNE_GAP: Duration = Duration::from_secs(1);
 
 /// How many clients [`Limiter::most_refused`] keeps counts for.
 const REFUSALS_KEPT: usize = 1024;
-
-/// A key as the status page shows it: `key:` and the first 12 hex digits of its SHA-256, so an
-/// operator who has the key can tell which it is (`printf %s KEY | sha256sum`) and nobody can
-/// use it.
-fn key_label(key: &str) -> String {
-    use sha2::Digest;
-    let digest = sha2::Sha256::digest(key.as_bytes());
-    let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
-    format!("key:{hex}")
-}
 
 /// The metric label of a client's kind.
 fn kind(client: &ClientId) -> &'static str {

@@ -18,6 +18,7 @@ use futures_util::future::Either;
 use http::HeaderMap;
 use tower::{Layer, Service};
 
+use super::usage::Usage;
 use super::{Admission, Limiter, OverQuota, QuotaState};
 use crate::call::{Answer, Caller, ClientId, HitProbe, RpcCall};
 use crate::error::ProxyError;
@@ -27,12 +28,28 @@ use crate::error::ProxyError;
 pub struct Quota {
     /// `None`: rate limiting is off.
     limiter: Option<Arc<Limiter>>,
+    /// Where the calls of key clients are counted once admitted (`usage`).
+    usage: Usage,
 }
 
 impl Quota {
     /// The quotas kept by `limiter` (`None`: rate limiting is off).
     pub fn new(limiter: Option<Arc<Limiter>>) -> Quota {
-        Quota { limiter }
+        Quota {
+            limiter,
+            usage: Usage::default(),
+        }
+    }
+
+    /// The same quotas, counting the calls they admit for key clients into `usage`.
+    pub fn with_usage(mut self, usage: Usage) -> Quota {
+        self.usage = usage;
+        self
+    }
+
+    /// Where key clients' calls are counted (`GET /snowgate/usage`, the status page).
+    pub fn usage(&self) -> &Usage {
+        &self.usage
     }
 
     /// The limiter in force, for the status page and the rate-limit layer's place in the stack.
@@ -72,7 +89,13 @@ impl Quota {
     /// cached price) for `caller`.
     pub fn charge(&self, caller: &Caller, cost: u32, hit: bool) -> Admission {
         match self.charging(caller) {
-            Some(l) => l.admit(&caller.client, l.units(cost, hit)),
+            Some(l) => {
+                let units = l.units(cost, hit);
+                let admission = l.admit(&caller.client, units);
+                // A key's call counts for its usage once admitted (`usage`).
+                self.usage
+                    .on_admit(l.key_name(&caller.client), units, admission)
+            }
             None => Admission::Decided(Ok(())),
         }
     }

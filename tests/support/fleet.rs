@@ -95,6 +95,15 @@ impl Fleet {
         }
     }
 
+    /// Stops instance `i` gracefully ([`Gateway::shutdown`]) and starts a new one in its place
+    /// (a fresh `127.0.0.1:0`) with the same config, as a rolling restart does.
+    pub async fn restart_one(&mut self, i: usize) {
+        let old = self.gateways.remove(i);
+        old.shutdown().await;
+        let fresh = instance(i, self.configs[i].clone()).await;
+        self.gateways.insert(i, fresh);
+    }
+
     /// `http://ADDR` of instance `i`.
     pub fn url(&self, i: usize) -> String {
         self.gateways[i].url()

@@ -87,6 +87,18 @@ impl RedisServer {
         server
     }
 
+    /// A server on a unix socket that keeps its data across [`RedisServer::restart`] (and a
+    /// SIGKILL): an append-only file fsynced before each reply, as an operator who must not lose
+    /// writes runs it.
+    pub fn start_persistent() -> RedisServer {
+        let mut server = RedisServer::start();
+        server.extra = ["--appendonly", "yes", "--appendfsync", "always"]
+            .map(String::from)
+            .to_vec();
+        server.restart();
+        server
+    }
+
     /// A server on a free loopback TCP port.
     pub fn start_tcp() -> RedisServer {
         RedisServer::start_tcp_with(|_| Vec::new())
@@ -196,7 +208,8 @@ impl RedisServer {
         }
     }
 
-    /// Kills the server if it runs and starts it again on the same socket or port, empty.
+    /// Kills the server if it runs and starts it again on the same socket or port: empty, but for
+    /// a [`RedisServer::start_persistent`] one.
     pub fn restart(&mut self) {
         self.kill();
         let mut last = String::new();
