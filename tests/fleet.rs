@@ -533,6 +533,17 @@ async fn huge_or_foreign_typed_shared_values_are_refused_unread() {
     ] {
         assert_eq!(metric(&m, series), 0.0, "{series}\n{m}");
     }
-    assert_eq!(metric(&m, "snowgate_redis_up"), 1.0);
+    // The breaker stays closed unless something else timed out on a machine too busy for
+    // `[redis] timeout` (a probe, say): never for an error, and never for the planted values.
+    if metric(&m, "snowgate_redis_up") != 1.0 {
+        let errors: Vec<&str> = m
+            .lines()
+            .filter(|l| l.starts_with("snowgate_redis_errors_total{") && !l.ends_with(" 0"))
+            .collect();
+        assert!(
+            !errors.is_empty() && errors.iter().all(|l| l.contains("kind=\"timeout\"")),
+            "the breaker opened: {errors:?}\n{m}"
+        );
+    }
     fleet.shutdown().await;
 }

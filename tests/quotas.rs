@@ -7,9 +7,9 @@
 
 use crate::support;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use support::fleet::{is_result, Fleet, SLOW_CHAIN};
+use support::fleet::{is_result, spray, Fleet, SLOW_CHAIN};
 use support::redis::{RedisServer, SharedRedis};
 use support::Reply;
 
@@ -168,4 +168,39 @@ async fn the_ratelimit_headers_count_down_to_the_429_and_the_quota_page_agrees()
         }
         fleet.shutdown().await;
     }
+}
+
+/// One client spraying five instances for 10 s (about five times its quota) is served its global
+/// quota within 10 %, counted by the node's calls: leases cost no accuracy with more instances.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_spraying_five_instances_gets_its_quota_within_ten_percent() {
+    const RATE: u32 = 40;
+    const COST: u32 = 2;
+    let redis = RedisServer::start();
+    let fleet = fleet(Some(&redis), 5, RATE, RATE, COST).await;
+    let from = [("x-forwarded-for", "198.51.100.250")];
+    let s = spray(
+        &fleet,
+        &from,
+        Duration::from_secs(10),
+        Duration::from_millis(10),
+    )
+    .await;
+    assert!(s.other.is_empty(), "{:?}", &s.other[..s.other.len().min(5)]);
+    assert!(s.refused > 0, "never limited: {s:?}");
+    let allowed = f64::from(RATE) * (1.0 + s.elapsed.as_secs_f64()) / f64::from(COST);
+    let served = s.served as f64;
+    eprintln!(
+        "five instances: {served} served, {} refused in {:?}; the quota allows {allowed:.0} ({:+.1} %)",
+        s.refused,
+        s.elapsed,
+        (served - allowed) / allowed * 100.0
+    );
+    assert!(
+        served >= allowed * 0.90 && served <= allowed * 1.10,
+        "served {served} calls in {:?}; the global quota allows {allowed:.0} (±10 %): {s:?}",
+        s.elapsed
+    );
+    assert_eq!(fleet.calls("platform.sampleValidators"), s.served);
+    fleet.shutdown().await;
 }

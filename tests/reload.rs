@@ -581,6 +581,38 @@ async fn a_kept_limiter_keeps_pruning_idle_clients() {
     gw.shutdown().await;
 }
 
+/// A reload that changes a method (its depth limit, its timeout) keeps the quotas: a call's cost is
+/// read as it is charged, so only a new dearest cost (a local share's floor) rebuilds the limiter.
+#[tokio::test]
+async fn a_method_change_keeps_the_quotas_and_a_new_dearest_cost_rebuilds_them() {
+    let quota = "[rate_limit]\nrequests_per_second = 1\nburst = 100\n";
+    let Reloadable {
+        _net,
+        nodes: _nodes,
+        named,
+        path,
+        gw,
+    } = reloadable("reload-methods", 1, 1, quota).await;
+    assert_eq!(height(&gw.url()).await.status, 200);
+    let limiter = gw.limiter().unwrap();
+    let depth = format!(
+        "{quota}[methods.\"platform.getAllValidatorsAt\"]\nmax_depth = 1000\n\
+         [methods.\"platform.getHeight\"]\ntimeout = \"3s\"\n"
+    );
+    write(&path, &config_text(&named, &depth));
+    let report = gw.reload().await.unwrap();
+    assert_eq!(report.changed, vec!["methods".to_string()]);
+    assert!(
+        Arc::ptr_eq(&limiter, &gw.limiter().unwrap()),
+        "the quotas were refilled"
+    );
+    let dearer = format!("{depth}[methods.\"platform.getBalance\"]\ncost = 50\n");
+    write(&path, &config_text(&named, &dearer));
+    gw.reload().await.unwrap();
+    assert!(!Arc::ptr_eq(&limiter, &gw.limiter().unwrap()));
+    gw.shutdown().await;
+}
+
 #[tokio::test]
 async fn the_cache_survives_a_reload_but_not_a_changed_cache_rule() {
     let Reloadable {

@@ -421,9 +421,12 @@ impl Generation {
         background: Option<&watch::Receiver<bool>>,
     ) -> Generation {
         let (limiter, limiter_tasks) = match previous {
-            // Unchanged quotas keep their state (a reload is no way to refill a bucket).
+            // Unchanged quotas keep their state (a reload is no way to refill a bucket). Of the
+            // methods, the limiter keeps only the dearest cost (a local share's floor): a call's
+            // cost is read from its method as it is charged, so other method changes keep it.
             Some((prev, old))
-                if old.rate_limit == config.rate_limit && prev.registry.all() == registry.all() =>
+                if old.rate_limit == config.rate_limit
+                    && dearest(&prev.registry) == dearest(&registry) =>
             {
                 (prev.limiter.clone(), prev.limiter_tasks.clone())
             }
@@ -531,6 +534,11 @@ impl Generation {
             trace: TraceLayer::new(log, quota),
         }
     }
+}
+
+/// The largest method cost in `registry`.
+fn dearest(registry: &Registry) -> u32 {
+    registry.all().iter().map(|m| m.cost).max().unwrap_or(1)
 }
 
 /// A limiter's pruner (and with global quotas its lease sweeper), stopped when the last

@@ -291,12 +291,17 @@ impl Global {
     }
 
     /// Decides a call of `units` the lease could not pay for, by Redis: waits for the lease's turn
-    /// (a refill in flight may land enough), then gives back what the lease holds, reports what
-    /// was spent and owed, and asks for the call and a lease on top.
+    /// (a refill in flight may land enough; one that does not is granted from anyway, being out
+    /// on lease), then gives back what the lease holds, reports what was spent and owed, and asks
+    /// for the call and a lease on top.
     async fn decide(&self, lease: &Lease, units: u64) -> Verdict {
-        let Ok(_turn) = tokio::time::timeout(self.shared.timeout(), lease.turn.lock()).await else {
-            return Verdict::Down;
-        };
+        // Waiting for the turn coalesces a client's calls (the first brings a lease the others
+        // spend). Past `[redis] timeout` (the call in flight is slow to end, or its task slow to
+        // be run), decide beside it: a second script call is as correct, only not coalesced, and
+        // a slow turn is no reason to decide without Redis.
+        let _turn = tokio::time::timeout(self.shared.timeout(), lease.turn.lock())
+            .await
+            .ok();
         let now = self.now_ms();
         if lease.take(units, now) {
             return Verdict::Allowed;

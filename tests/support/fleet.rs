@@ -501,6 +501,17 @@ pub async fn each_client_spraying_three_instances_gets_one_global_quota(redis: &
         spray(&fleet, &keyed_headers, window, pause),
         spray(&fleet, &address_headers, window, pause),
     );
+    // Calls decided without Redis (a timeout on a machine too busy): they are the fallback's,
+    // not the quota's, and are said when the count is off.
+    let mut fallback = 0.0;
+    for i in 0..fleet.gateways.len() {
+        fallback += fleet
+            .metric(
+                i,
+                r#"snowgate_rate_limit_fallback_total{decision="allowed"}"#,
+            )
+            .await;
+    }
     for (who, s) in [("the key", &keyed), ("the address", &by_address)] {
         assert!(
             s.other.is_empty(),
@@ -517,7 +528,8 @@ pub async fn each_client_spraying_three_instances_gets_one_global_quota(redis: &
         let served = s.served as f64;
         assert!(
             served >= allowed * 0.90 && served <= allowed * 1.10 + leases,
-            "{who} was served {served} calls in {:?}; the global quota allows {allowed:.0} (±10 %): {s:?}",
+            "{who} was served {served} calls in {:?}; the global quota allows {allowed:.0} (±10 %): \
+             {s:?}; {fallback} calls were allowed without Redis",
             s.elapsed
         );
     }
