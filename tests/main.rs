@@ -8,6 +8,7 @@ mod support;
 
 mod attack_h2_round2;
 mod attack_pool_round2;
+mod attack_quota_27;
 mod attack_quota_round2;
 mod attack_window;
 mod cache;
