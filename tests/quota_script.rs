@@ -629,7 +629,7 @@ async fn a_quota_key_that_is_not_ours_counts_as_new_or_spent_and_is_overwritten(
         let stored = tat(&redis, key);
         assert!(stored > 1_600_000_000_000_000, "{key}: {stored}");
     }
-    // A TAT far beyond anything the script writes: at most a second burst spent past the first
+    // A TAT far beyond anything the script writes: at most seven bursts spent past the first
     // (what forced charges may reach), not a client locked out for years, and the key expires
     // within a minute.
     redis.set_raw(b"t:far", b"99999999999999999999 7");

@@ -14,7 +14,7 @@
 -- ARGV[3]  give: leased units given back unspent (the TAT moves back for those still out)
 -- ARGV[4]  spent: leased units spent since the instance last called (they leave OUT; beyond OUT,
 --          they had also been granted to another call meanwhile, and are charged now)
--- ARGV[5]  force: units charged whatever the room (the TAT may pass the burst by one more burst)
+-- ARGV[5]  force: units charged whatever the room (the TAT may pass the burst by up to seven more)
 -- ARGV[6]  need: units a call needs now, granted whole or not at all (from the room, then from
 --          OUT: units out on lease are the client's budget, and the client is never refused while
 --          some remain)
@@ -25,7 +25,8 @@
 --
 -- Answers {granted, leased, wait, remaining}: the units granted to the call (0 or ARGV[6]), on
 -- lease, the microseconds until the call would be granted when it was not (the Retry-After),
--- and the client's budget left (its room, OUT included), for the RateLimit headers.
+-- and the client's budget left (its room, OUT included; negative while it is in debt), for the
+-- RateLimit headers and the instances' own refusals.
 -- The key expires when its TAT has passed and nothing is out on lease: an idle client is then the
 -- same as a new one.
 -- `src/ratelimit/lease.rs` (`model`) is this arithmetic in Rust, property-tested.
@@ -34,7 +35,9 @@ local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local interval = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local tolerance = burst * interval
-local ceiling = math.floor(2 * tolerance + 0.5)
+-- How far ahead a TAT may go: a client may owe up to seven bursts past its budget (owed calls
+-- charged whatever the room, units spent twice), repaid by waiting (`DEBT_LIMIT` in lease.rs).
+local ceiling = math.floor(8 * tolerance + 0.5)
 local give = tonumber(ARGV[3])
 local spent = tonumber(ARGV[4])
 local force = tonumber(ARGV[5])
@@ -104,7 +107,7 @@ if lease > 0 and (need == 0 or granted > 0) then
     out = out + leased
   end
 end
-local remaining = math.min(math.max(room_of(ahead) + out, 0), burst)
+local remaining = math.min(room_of(ahead) + out, burst)
 
 if ahead > 0 or out > 0 then
   -- Kept while its TAT is ahead; with units out on lease, at least ARGV[8] ms (a key gone before

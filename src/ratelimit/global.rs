@@ -90,7 +90,7 @@ pub async fn run(
         granted: whole(granted),
         leased: whole(leased),
         wait_us: whole(wait),
-        remaining: whole(remaining),
+        remaining,
     })
 }
 
@@ -267,7 +267,7 @@ impl Global {
             }
             return Step::Now(Verdict::Allowed);
         }
-        if let Some(wait) = lease.denied(now) {
+        if let Some(wait) = lease.denied(now, units) {
             return Step::Now(Verdict::Over(wait));
         }
         if units > lease.quota().burst {
@@ -277,9 +277,10 @@ impl Global {
         if !can_wait {
             // Decided by what this instance knows of the client's budget (Redis's last word, less
             // what was spent here since): the units are owed to Redis, and its answer corrects it.
-            let left = lease.remaining(now);
-            if left < units {
-                let wait_ms = ((units - left) as f64 / lease.quota().per_ms())
+            let left = lease.balance(now);
+            let units_i = i64::try_from(units).unwrap_or(i64::MAX);
+            if left < units_i {
+                let wait_ms = ((units_i - left) as f64 / lease.quota().per_ms())
                     .ceil()
                     .max(1.0);
                 return Step::Now(Verdict::Over(Duration::from_millis(wait_ms as u64)));
@@ -306,7 +307,7 @@ impl Global {
         if lease.take(units, now) {
             return Verdict::Allowed;
         }
-        if let Some(wait) = lease.denied(now) {
+        if let Some(wait) = lease.denied(now, units) {
             return Verdict::Over(wait);
         }
         let mut ask = lease.report(true);

@@ -94,9 +94,10 @@ pub struct Answer {
     pub leased: u64,
     /// When the call was refused: microseconds until it would be granted.
     pub wait_us: u64,
-    /// The client's budget left after this call (the room in Redis plus what is out on lease),
-    /// for the RateLimit headers.
-    pub remaining: u64,
+    /// The client's budget left after this call (the room in Redis plus what is out on lease, at
+    /// most the burst): negative while it is in debt (forced charges, units spent twice), which
+    /// it repays by waiting.
+    pub remaining: i64,
 }
 
 /// The state the script keeps per client: its TAT (microseconds of Redis's clock; `None`: no key),
@@ -106,6 +107,11 @@ pub struct Stored {
     pub tat: Option<f64>,
     pub out: u64,
 }
+
+/// How far ahead a TAT may go, in bursts: a client may owe this less one burst (owed calls charged
+/// past its budget, units spent twice) and repays it by waiting; no more, so that no client is
+/// locked out for long, and a TAT planted beyond is read as this.
+pub const DEBT_LIMIT: f64 = 8.0;
 
 /// How long a key with units out on lease outlives its last script call at least (ms): the
 /// instances holding them report when they run low or go idle; a key gone before would charge
@@ -124,7 +130,7 @@ pub fn model(stored: Stored, now: f64, quota: &GlobalQuota, ask: Ask) -> (Stored
     let interval = quota.interval_us;
     let burst = quota.burst as f64;
     let tolerance = burst * interval;
-    let ceiling = (2.0 * tolerance + 0.5).floor();
+    let ceiling = (DEBT_LIMIT * tolerance + 0.5).floor();
     let mut out = (stored.out as f64).min(burst);
     // Relative to now, as the script (exact: both are whole microseconds).
     let mut ahead = stored.tat.map_or(0.0, |t| (t - now).max(0.0).min(ceiling));
@@ -170,7 +176,7 @@ pub fn model(stored: Stored, now: f64, quota: &GlobalQuota, ask: Ask) -> (Stored
             out += leased;
         }
     }
-    let remaining = (room_of(ahead) + out).clamp(0.0, burst);
+    let remaining = (room_of(ahead) + out).min(burst);
     let stored = Stored {
         tat: (ahead > 0.0 || out > 0.0).then_some(now + ahead),
         out: out as u64,
@@ -181,7 +187,7 @@ pub fn model(stored: Stored, now: f64, quota: &GlobalQuota, ask: Ask) -> (Stored
             granted: granted as u64,
             leased: leased as u64,
             wait_us: wait as u64,
-            remaining: remaining as u64,
+            remaining: remaining as i64,
         },
     )
 }
@@ -204,8 +210,10 @@ pub struct Lease {
     pub(super) turn: tokio::sync::Mutex<()>,
     /// When it was last used (ms since the limiter's epoch).
     last_ms: AtomicU64,
-    /// Redis refused until then (ms since the epoch): refuse here without asking again.
+    /// Redis refused a call of `denied_units` until then (ms since the epoch): refuse such calls
+    /// here without asking again (cheaper ones sooner: see [`Lease::denied`]).
     denied_until_ms: AtomicU64,
+    denied_units: AtomicU64,
     /// The client's budget left as the last script call said (units), less what this instance
     /// spent since, and when that was said: the RateLimit headers' source.
     known: AtomicI64,
@@ -226,6 +234,7 @@ impl Lease {
             turn: tokio::sync::Mutex::new(()),
             last_ms: AtomicU64::new(now_ms),
             denied_until_ms: AtomicU64::new(0),
+            denied_units: AtomicU64::new(0),
             known: AtomicI64::new(i64::try_from(quota.burst).unwrap_or(i64::MAX)),
             known_ms: AtomicU64::new(now_ms),
         }
@@ -315,24 +324,36 @@ impl Lease {
         }
         // What was spent here since the script answered is not in its figure: the figure is
         // taken as of its answer, and a call decided meanwhile is a moment early in the count.
-        let left = i64::try_from(answer.remaining).unwrap_or(i64::MAX);
-        self.known.store(left, Ordering::Relaxed);
+        self.known.store(answer.remaining, Ordering::Relaxed);
         self.known_ms.store(now_ms, Ordering::Relaxed);
         if ask.need > 0 && answer.granted == 0 {
-            self.refused(now_ms, answer.wait_us);
+            self.refused(now_ms, answer.wait_us, ask.need);
+        } else if answer.remaining < 0 {
+            // In debt (owed calls charged past the budget, units spent twice): no call passes
+            // until it is repaid, whoever asks, so this instance refuses them all meanwhile.
+            let debt_us = answer.remaining.unsigned_abs() as f64 * self.quota.interval_us;
+            self.refused(now_ms, debt_us as u64, 1);
         }
     }
 
-    /// Redis refused: nothing before `now + wait` will be granted, so calls until then are
-    /// refused here.
-    pub fn refused(&self, now_ms: u64, wait_us: u64) {
+    /// Redis refused a call of `units`: nothing of that size before `now + wait` will be granted,
+    /// so such calls until then are refused here.
+    pub fn refused(&self, now_ms: u64, wait_us: u64, units: u64) {
         let until = now_ms.saturating_add(wait_us.div_ceil(1000).max(1));
-        self.denied_until_ms.fetch_max(until, Ordering::AcqRel);
+        let prev = self.denied_until_ms.load(Ordering::Acquire);
+        if until >= prev || prev <= now_ms {
+            self.denied_units.store(units, Ordering::Release);
+            self.denied_until_ms.store(until, Ordering::Release);
+        }
     }
 
-    /// How long calls are still refused without asking Redis (`None`: ask).
-    pub fn denied(&self, now_ms: u64) -> Option<Duration> {
+    /// How long calls of `units` are still refused without asking Redis (`None`: ask). A call
+    /// cheaper than the one refused waits that much less: what it lacks comes back sooner.
+    pub fn denied(&self, now_ms: u64, units: u64) -> Option<Duration> {
         let until = self.denied_until_ms.load(Ordering::Acquire);
+        let refused = self.denied_units.load(Ordering::Acquire);
+        let sooner = refused.saturating_sub(units) as f64 / self.quota.per_ms();
+        let until = until.saturating_sub(sooner.ceil() as u64);
         (until > now_ms).then(|| Duration::from_millis(until - now_ms))
     }
 
@@ -341,12 +362,15 @@ impl Lease {
     /// burst. Exact when the client uses this instance alone, or is near its budget (then every
     /// call is decided in Redis); otherwise behind by what other instances spent since.
     pub fn remaining(&self, now_ms: u64) -> u64 {
+        u64::try_from(self.balance(now_ms).max(0)).unwrap_or(0)
+    }
+
+    /// [`Lease::remaining`], negative while the client is in debt.
+    pub fn balance(&self, now_ms: u64) -> i64 {
         let since = now_ms.saturating_sub(self.known_ms.load(Ordering::Relaxed));
         let back = (since as f64 * self.quota.per_ms()) as i64;
         let left = self.known.load(Ordering::Relaxed).saturating_add(back);
-        u64::try_from(left.max(0))
-            .unwrap_or(0)
-            .min(self.quota.burst)
+        left.min(i64::try_from(self.quota.burst).unwrap_or(i64::MAX))
     }
 
     /// Claims the background sync (one queued per lease); false if one is queued or running.
@@ -373,7 +397,7 @@ impl Lease {
     pub(super) fn forgettable(&self, now_ms: u64) -> bool {
         self.held() == 0
             && !self.unreported()
-            && self.denied(now_ms).is_none()
+            && self.denied(now_ms, 1).is_none()
             && self.idle(now_ms)
             && self.turn.try_lock().is_ok()
     }
@@ -442,7 +466,7 @@ mod tests {
             ..Ask::default()
         };
         let (s2, a) = model(s, 0.0, &q, spent);
-        assert_eq!(a.remaining, 0);
+        assert_eq!(a.remaining, -12, "in debt by what was spent twice");
         assert_eq!(s2.tat, Some(s.tat.unwrap() + 12.0 * 20_000.0));
     }
 
@@ -472,13 +496,16 @@ mod tests {
             ..Ask::default()
         };
         let (s, a) = model(NEW, 0.0, &q, force);
-        assert_eq!(a.remaining, 0);
+        assert_eq!(a.remaining, -50, "in debt");
         assert_eq!(s.tat, Some(1_500_000.0));
         let (_, a) = model(s, 0.0, &q, ask(10, 0));
         assert_eq!(a.wait_us, 600_000, "the 50 past the burst, then the call");
-        // Never more than a second burst past the first.
-        let (s, _) = model(s, 0.0, &q, force);
-        assert_eq!(s.tat, Some(2_000_000.0));
+        // Never more than seven bursts past the first.
+        let mut s = s;
+        for _ in 0..10 {
+            s = model(s, 0.0, &q, force).0;
+        }
+        assert_eq!(s.tat, Some(8_000_000.0));
     }
 
     #[test]
@@ -516,10 +543,22 @@ mod tests {
             remaining: 0,
         };
         l.answered(&ask(10, 0), &no, 10);
-        assert_eq!(l.denied(10), Some(Duration::from_millis(3)));
-        l.refused(11, 1_000);
-        assert_eq!(l.denied(12), Some(Duration::from_millis(1)));
-        assert_eq!(l.denied(13), None);
+        assert_eq!(l.denied(10, 10), Some(Duration::from_millis(3)));
+        assert_eq!(l.denied(12, 10), Some(Duration::from_millis(1)));
+        assert_eq!(l.denied(13, 10), None);
+        // A call of 8 lacks 2 units less: 2 ms sooner at 1 unit a millisecond.
+        assert_eq!(l.denied(10, 8), Some(Duration::from_millis(1)));
+        // In debt (a report's answer below zero): every call is refused until it is repaid.
+        let debt = Answer {
+            granted: 0,
+            leased: 0,
+            wait_us: 0,
+            remaining: -5,
+        };
+        l.answered(&Ask::default(), &debt, 100);
+        assert_eq!(l.denied(100, 1), Some(Duration::from_millis(5)));
+        assert_eq!(l.balance(100), -5);
+        assert_eq!(l.remaining(100), 0);
     }
 
     #[test]
@@ -640,7 +679,7 @@ mod tests {
                 let (next, a) = model(stored, now, &q, ask);
                 prop_assert!(a.granted == 0 || a.granted == need);
                 prop_assert!(a.leased <= lease);
-                prop_assert!(a.remaining <= q.burst);
+                prop_assert!(a.remaining <= q.burst as i64);
                 if a.granted == 0 && need > 0 && need <= q.burst {
                     // Waiting as told is enough (no one else spends meanwhile).
                     let again = Ask { give: 0, ..ask };

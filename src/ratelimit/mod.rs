@@ -114,7 +114,7 @@ struct Bucket {
 
 impl Bucket {
     fn new(quota: Gcra) -> Bucket {
-        let per_ms = 1e-6 / quota.replenish_interval().as_secs_f64().max(1e-12);
+        let per_ms = 1e-3 / quota.replenish_interval().as_secs_f64().max(1e-12);
         let burst = u64::from(quota.burst_size().get());
         Bucket {
             gcra: RateLimiter::direct_with_clock(quota, MonotonicClock)
@@ -152,9 +152,13 @@ impl Bucket {
             .fetch_max(now_ms.saturating_add(wait), Ordering::Relaxed);
     }
 
-    /// How long the client is still refused without asking the bucket (`None`: ask it).
-    fn denied(&self, now_ms: u64) -> Option<Duration> {
+    /// How long a charge of `units` is still refused without asking the bucket (`None`: ask
+    /// it). A charge cheaper than the one refused waits that much less.
+    fn denied(&self, now_ms: u64, units: u32) -> Option<Duration> {
         let until = self.denied_until_ms.load(Ordering::Relaxed);
+        let refused = self.denied_units.load(Ordering::Relaxed);
+        let sooner = refused.saturating_sub(u64::from(units)) as f64 / self.per_ms;
+        let until = until.saturating_sub(sooner.ceil() as u64);
         (until > now_ms).then(|| Duration::from_millis(until - now_ms))
     }
 }
@@ -248,6 +252,15 @@ impl Limiter {
         shared: Arc<Shared>,
     ) -> Arc<Limiter> {
         let floor = registry.all().iter().map(|m| m.cost).max().unwrap_or(1);
+        if config.on_redis_down == OnRedisDown::Local && config.expected_instances == 1 {
+            // Allowed alone, calls are owed to Redis and repaid; but meanwhile each instance
+            // allows the whole quota, and a fleet of N its N times.
+            tracing::warn!(
+                "global quotas with on_redis_down = \"local\" and expected_instances = 1: while \
+                 Redis cannot decide, every instance allows a client its whole quota; set \
+                 [rate_limit] expected_instances to the fleet's size"
+            );
+        }
         let global = Arc::new(Global::new(config, shared, metrics));
         Limiter::build(config, metrics, Some(global), floor)
     }
@@ -484,8 +497,11 @@ impl Limiter {
         if self.denied_until_ms.load(Ordering::Relaxed) <= now {
             return Ok(());
         }
+        // The cheapest call the request may hold: refused before its body only if even that
+        // would be (a client refused a dear call may still afford a cheap one).
+        let cheapest = self.units(1, true).max(1);
         let denied = |bucket: &Bucket| {
-            let wait = bucket.denied(now)?;
+            let wait = bucket.denied(now, cheapest)?;
             // A refill that landed since may pay for the call refused (global quotas).
             let leased = self.global.as_ref().map_or(0, |g| g.held(client));
             (leased < bucket.denied_units.load(Ordering::Relaxed)).then_some(wait)
@@ -571,6 +587,12 @@ impl Limiter {
                     OnRedisDown::Local => self.charge(client, units).map_err(|o| o.error()),
                     OnRedisDown::Deny => Err(ProxyError::QuotaUnavailable),
                 };
+                // Owed to the global quota too, charged once Redis answers: what an instance
+                // allows alone (Redis down, or too slow for a loaded instance) is repaid, so a
+                // client cannot make its quota per instance by loading the instances.
+                if let (Ok(()), Some(global)) = (&decision, &self.global) {
+                    global.owe(client, units);
+                }
                 if let Some(fallback) = &self.fallback {
                     let label = if decision.is_ok() {
                         "allowed"
@@ -612,7 +634,7 @@ impl Limiter {
         client: &ClientId,
         now: u64,
     ) -> QuotaState {
-        let refused = bucket.and_then(|b| b.denied(now));
+        let refused = bucket.and_then(|b| b.denied(now, self.units(1, true).max(1)));
         let full = u64::from(policy.burst) * SCALE as u64;
         let remaining = match &self.global {
             Some(global) => global.remaining(client).map_or(full, |(units, _)| units),
@@ -666,7 +688,7 @@ impl Limiter {
         let refill = u64::try_from(self.refill.as_millis()).unwrap_or(u64::MAX);
         self.per_ip.retain(|_, t| {
             now.saturating_sub(t.last_ms.load(Ordering::Relaxed)) < refill
-                || t.bucket.denied(now).is_some()
+                || t.bucket.denied(now, 1).is_some()
         });
         self.per_ip.shrink_to_fit();
         if let Some(global) = &self.global {
@@ -733,167 +755,4 @@ fn kind(client: &ClientId) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn limiter(rps: u32, burst: u32, factor: f64) -> Arc<Limiter> {
-        let cfg = RateLimitConfig {
-            requests_per_second: rps,
-            burst,
-            cached_cost_factor: factor,
-            max_clients: 3,
-            ..Default::default()
-        };
-        Limiter::new(&cfg, &Metrics::new())
-    }
-
-    #[test]
-    fn quota_is_in_cost_units_and_hits_are_cheaper() {
-        let l = limiter(1, 10, 0.5);
-        let a = ClientId::Ip("192.0.2.1".parse().unwrap());
-        assert_eq!(l.units(10, false), 100);
-        assert_eq!(l.units(10, true), 50);
-        assert_eq!(l.units(1, true), 5);
-        assert!(l.charge(&a, l.units(5, false)).is_ok());
-        assert!(l.charge(&a, l.units(5, false)).is_ok());
-        let over = l.charge(&a, l.units(1, false)).unwrap_err();
-        assert!(over.retry_after > Duration::ZERO && over.retry_after <= Duration::from_secs(1));
-        // Another client is untouched.
-        let b = ClientId::Ip("192.0.2.2".parse().unwrap());
-        assert!(l.charge(&b, l.units(10, false)).is_ok());
-    }
-
-    #[test]
-    fn free_hits_cost_nothing() {
-        let l = limiter(1, 1, 0.0);
-        let a = ClientId::Ip("192.0.2.1".parse().unwrap());
-        for _ in 0..100 {
-            assert!(l.charge(&a, l.units(1, true)).is_ok());
-        }
-    }
-
-    #[test]
-    fn pruning_keeps_clients_whose_bucket_has_not_refilled() {
-        let l = limiter(1, 20, 1.0);
-        let a = ClientId::Ip("127.0.0.1".parse().unwrap());
-        assert!(l.charge(&a, 100).is_ok());
-        l.prune();
-        assert!(l.charge(&a, 100).is_ok());
-        l.prune();
-        assert!(
-            l.charge(&a, 100).is_err(),
-            "a prune gave the client a fresh bucket"
-        );
-    }
-
-    #[test]
-    fn the_client_table_is_bounded() {
-        let l = limiter(1, 10, 1.0);
-        for i in 0..50u8 {
-            let ip = ClientId::Ip(IpAddr::from([198, 51, 100, i]));
-            let _ = l.charge(&ip, 10);
-        }
-        assert!(l.tracked() <= 3, "{}", l.tracked());
-    }
-
-    #[test]
-    fn a_refused_client_is_refused_before_its_body_until_its_wait_has_passed() {
-        let l = limiter(1, 10, 1.0);
-        let a = ClientId::Ip("192.0.2.1".parse().unwrap());
-        assert!(l.before_body(&a).is_ok());
-        assert!(l.charge(&a, 100).is_ok());
-        assert!(
-            l.before_body(&a).is_ok(),
-            "spent but never refused: its next call decides"
-        );
-        let over = l.charge(&a, 10).unwrap_err();
-        assert!(over.retry_after > Duration::ZERO);
-        assert!(l
-            .before_body(&a)
-            .is_err_and(|o| o.retry_after > Duration::ZERO));
-        // Asking changes nothing for others, and adds nobody to the table.
-        let b = ClientId::Ip("192.0.2.2".parse().unwrap());
-        assert!(l.before_body(&b).is_ok());
-        assert_eq!(l.tracked(), 1);
-        // Both refusals (the charge and the one before the body) are counted.
-        assert_eq!(l.limited.with_label_values(&["ip"]).get(), 2);
-    }
-
-    #[test]
-    fn a_limiter_rebuilt_on_the_same_metrics_counts_into_the_exposed_series() {
-        let metrics = Metrics::new();
-        let cfg = RateLimitConfig {
-            requests_per_second: 1,
-            burst: 1,
-            ..Default::default()
-        };
-        let a = ClientId::Ip("192.0.2.1".parse().unwrap());
-        for _ in 0..2 {
-            // As a reload that changes `[rate_limit]` does: a new limiter, the gateway's metrics.
-            let l = Limiter::new(&cfg, &metrics);
-            assert!(l.charge(&a, l.units(1, false)).is_ok());
-            assert!(l.charge(&a, l.units(1, false)).is_err());
-        }
-        let text = String::from_utf8(metrics.render()).unwrap();
-        assert!(
-            text.contains("snowgate_rate_limited_total{client=\"ip\"} 2\n"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn a_body_costs_a_unit_per_64_kib_and_a_charge_at_most_the_burst() {
-        let l = limiter(1, 10, 1.0);
-        assert_eq!(l.body_units(65_535), 0);
-        assert_eq!(l.body_units(65_536), 10);
-        assert_eq!(l.body_units(1 << 20), 160);
-        let a = ClientId::Ip("192.0.2.1".parse().unwrap());
-        assert_eq!(l.burst_units(&a), 100);
-    }
-
-    #[test]
-    fn a_full_table_is_not_pruned_by_the_request_that_finds_it_full() {
-        // Buckets refill in 110 ms: after that, every tracked client is forgettable.
-        let l = limiter(1000, 10, 1.0);
-        for i in 0..3u8 {
-            let ip = ClientId::Ip(IpAddr::from([198, 51, 100, i]));
-            assert!(l.charge(&ip, 10).is_ok());
-        }
-        std::thread::sleep(Duration::from_millis(300));
-        let new = ClientId::Ip("203.0.113.1".parse().unwrap());
-        assert!(l.charge(&new, 10).is_ok());
-        assert_eq!(l.tracked(), 3, "the request pruned the table, or grew it");
-        // The pruner does it (woken by the full table).
-        l.prune();
-        assert_eq!(l.tracked(), 0);
-        assert!(l.charge(&new, 10).is_ok());
-        assert_eq!(l.tracked(), 1);
-    }
-
-    #[tokio::test]
-    async fn a_full_table_wakes_the_pruner() {
-        let l = limiter(1000, 10, 1.0);
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        l.spawn_pruner(stopped);
-        // The pruner's first tick is at once: fill the table after it.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        for i in 0..3u8 {
-            let ip = ClientId::Ip(IpAddr::from([198, 51, 100, i]));
-            assert!(l.charge(&ip, 10).is_ok());
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let new = ClientId::Ip("203.0.113.1".parse().unwrap());
-        assert!(l.charge(&new, 10).is_ok());
-        // Well before the pruner's next tick (5 s), with a generous margin for a slow machine.
-        let mut pruned = false;
-        for _ in 0..40 {
-            if l.tracked() == 0 {
-                pruned = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let _ = stop.send(true);
-        assert!(pruned, "a full table did not wake the pruner");
-    }
-}
+mod tests;

@@ -75,7 +75,14 @@ impl Quota {
     /// Adds the RateLimit header fields of `client` (`None`: an admin, not charged) to an answer's
     /// `headers`. Nothing with rate limiting off.
     pub fn stamp(&self, client: Option<&ClientId>, headers: &mut HeaderMap) {
-        if let Some(state) = client.and_then(|c| self.state(c)) {
+        if let Some(mut state) = client.and_then(|c| self.state(c)) {
+            // A refusal's `t` is its `Retry-After` (the draft: the same point in time).
+            let retry = headers
+                .get(http::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+            if let Some(secs) = retry {
+                state.refused_for = Some(std::time::Duration::from_secs(secs));
+            }
             state.stamp(headers);
         }
     }
@@ -307,6 +314,9 @@ mod tests {
             .charge_refused(&client)
             .is_err_and(|e| matches!(e, ProxyError::RateLimited { .. })));
         let mut body = quota.body(&client).expect("a client's body is charged");
+        assert!(body.before().is_ok(), "a hit's half unit is still there");
+        assert!(decided(quota.charge(&client, 1, true)).is_ok());
+        assert!(quota.charge_refused(&client).is_err());
         assert!(
             body.before().is_err(),
             "refused: known over quota before its body"

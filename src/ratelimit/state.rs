@@ -46,7 +46,8 @@ pub struct QuotaState {
     pub policy: Policy,
     /// Units (tenths of a cost unit) the caller may spend now.
     pub remaining_units: u64,
-    /// The caller is refused until then.
+    /// The caller is refused this much longer (even its cheapest call; or the `Retry-After` of
+    /// the refusal being answered): the header's `t`.
     pub refused_for: Option<Duration>,
 }
 
@@ -56,11 +57,7 @@ impl QuotaState {
     pub fn new(policy: Policy, remaining_units: u64, refused_for: Option<Duration>) -> QuotaState {
         let burst = u64::from(policy.burst) * SCALE as u64;
         QuotaState {
-            remaining_units: if refused_for.is_some() {
-                0
-            } else {
-                remaining_units.min(burst)
-            },
+            remaining_units: remaining_units.min(burst),
             policy,
             refused_for,
         }
@@ -150,7 +147,7 @@ mod tests {
     #[test]
     fn a_refused_caller_has_nothing_left_until_its_retry_after() {
         let mut headers = HeaderMap::new();
-        let s = QuotaState::new(policy(), 400, Some(Duration::from_millis(1_200)));
+        let s = QuotaState::new(policy(), 0, Some(Duration::from_millis(1_200)));
         s.stamp(&mut headers);
         assert_eq!(headers[STATE_HEADER], "\"address\";r=0;t=2");
         assert_eq!(s.json("192.0.2.1")["remaining"], 0);
