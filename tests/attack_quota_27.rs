@@ -219,7 +219,10 @@ async fn gaming(
         c.redis.as_mut().unwrap().timeout = Duration::from_millis(timeout_ms);
     })
     .await;
-    let who = format!("198.51.100.{}", 10 + n);
+    // A client of its own each run: the fleets share one Redis, where a client's spending (and
+    // debt) outlives the run (a shared one made later runs look under-served by a burst).
+    static RUN: AtomicU64 = AtomicU64::new(0);
+    let who = format!("198.51.101.{}", RUN.fetch_add(1, Ordering::Relaxed));
     let clients: Vec<reqwest::Client> = (0..n).map(|_| kclient()).collect();
     let urls: Vec<String> = (0..n).map(|i| fleet.url(i)).collect();
     // Warm the pinned connections with another client's calls (its own quota).
@@ -405,7 +408,9 @@ async fn attack1b_own_concurrency_turns_global_quota_into_local_ones() {
             c.redis.as_mut().unwrap().timeout = Duration::from_millis(timeout_ms);
         })
         .await;
-        let who = "198.51.100.77".to_string();
+        // A client of its own per fleet: they share one Redis (see `gaming`).
+        static RUN: AtomicU64 = AtomicU64::new(0);
+        let who = format!("198.51.102.{}", RUN.fetch_add(1, Ordering::Relaxed));
         let window = Duration::from_secs(10);
         let tally = Arc::new(Tally::default());
         let start = Instant::now();
