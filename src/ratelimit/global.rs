@@ -347,7 +347,9 @@ impl Global {
             if let Ok(_turn) = lease.turn.try_lock() {
                 let mut ask = lease.report(false);
                 if lease.low(0) {
-                    ask.lease = lease.quota().lease.saturating_sub(lease.held());
+                    // A whole lease on top of what is left: topping up to one lease instead made
+                    // a script call every half lease (1.5 times the calls at 10,000 clients).
+                    ask.lease = lease.quota().lease;
                 }
                 match run(&this.shared, &this.script, lease.key(), lease.quota(), ask).await {
                     Ok(answer) => {
