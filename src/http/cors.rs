@@ -1,6 +1,7 @@
 //! CORS as a node answers it ([`crate::jsonrpc::http::Cors`], the rules the devnode uses too),
 //! with the request headers snowgate's own clients send allowed as well (`Authorization` for
-//! keys, `X-Snowgate-Upstream` for admins).
+//! keys, `X-Snowgate-Upstream` for admins), and the quota's answer headers exposed to a page's
+//! script (`RateLimit`, `RateLimit-Policy`, `Retry-After`).
 //!
 //! Above drain and routing: a preflight is answered here and never routed (as rs/cors answers
 //! it before a node's router), and every other answer, a 404 included, gets `Vary: Origin`.
@@ -9,7 +10,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use http::{Request, Response, StatusCode};
+use http::header::ACCESS_CONTROL_EXPOSE_HEADERS;
+use http::{HeaderValue, Request, Response, StatusCode};
 use tower::{Layer, Service};
 
 use crate::jsonrpc::http::Cors as Rules;
@@ -25,6 +27,10 @@ pub const GATEWAY_HEADERS: &[&str] = &[
     "Rltoken",
     "X-Snowgate-Upstream",
 ];
+
+/// Answer headers beyond the safelisted ones that a page's script may read: where its quota
+/// stands, and how long to wait.
+static EXPOSED: HeaderValue = HeaderValue::from_static("RateLimit, RateLimit-Policy, Retry-After");
 
 /// Answers preflights and decorates answers with the gateway's CORS rules.
 #[derive(Clone, Copy)]
@@ -125,6 +131,11 @@ where
             } => {
                 let mut r = std::task::ready!(inner.poll(cx))?;
                 rules.decorate(r.headers_mut(), *allowed);
+                if *allowed {
+                    // A web page may read where its quota stands, and how long to wait.
+                    r.headers_mut()
+                        .insert(ACCESS_CONTROL_EXPOSE_HEADERS, EXPOSED.clone());
+                }
                 Poll::Ready(Ok(r))
             }
         }
@@ -234,6 +245,10 @@ mod tests {
                 allowed,
                 "{method}"
             );
+            if allowed {
+                let exposed = &r.headers()["access-control-expose-headers"];
+                assert_eq!(exposed, "RateLimit, RateLimit-Policy, Retry-After");
+            }
         }
     }
 }
