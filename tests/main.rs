@@ -6,6 +6,7 @@
 
 mod support;
 
+mod alerts;
 mod attack_h2_round2;
 mod attack_pool_round2;
 mod attack_quota_27;

@@ -248,7 +248,7 @@ async fn the_process_collector_reports_memory_cpu_and_file_descriptors() {
 }
 
 /// The rows of README.md's "## Metrics" table: the metric names of the first cell, and the row.
-fn readme_metric_rows() -> Vec<(Vec<String>, String)> {
+pub(crate) fn readme_metric_rows() -> Vec<(Vec<String>, String)> {
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let section = readme
