@@ -22,13 +22,13 @@ use support::redis::{RedisServer, SharedRedis};
 use support::{call, client, post, post_with};
 
 /// The dashboard, parsed.
-fn dashboard() -> Value {
+pub(crate) fn dashboard() -> Value {
     let text = include_str!("../config/grafana/snowgate.json");
     serde_json::from_str(text).unwrap_or_else(|e| panic!("config/grafana/snowgate.json: {e}"))
 }
 
 /// Every panel: the top-level ones (rows included) and those inside collapsed rows.
-fn panels(d: &Value) -> Vec<&Value> {
+pub(crate) fn panels(d: &Value) -> Vec<&Value> {
     let mut out = Vec::new();
     for p in d["panels"].as_array().expect("a \"panels\" list") {
         out.push(p);

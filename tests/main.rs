@@ -19,6 +19,7 @@ mod config_files;
 mod cordons;
 mod cors;
 mod dashboard;
+mod dashboard_prometheus;
 mod depth;
 mod devnode_agree;
 mod devnode_faults;
