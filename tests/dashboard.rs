@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use snowgate::config::Config;
+use snowgate::devnode::{DevNode, Network};
 use snowgate::gateway::ConfigSource;
 use snowgate::Gateway;
 use support::prometheus::{families, selectable, series_labels, Family};
@@ -555,10 +556,11 @@ async fn scrape_until(url: &str, names: &[&str], poke: Option<(&str, &str)>) -> 
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_metric_the_dashboard_queries_is_exposed_by_a_live_gateway() {
-    let mut redis = RedisServer::start();
-    let (_network, nodes) = support::devnodes(12345, 2, Duration::from_secs(60)).await;
+/// A gateway whose every metric family can be made to show: two devnodes, the cache (head answers
+/// kept 60 s), Redis as the shared tier, a quota of 1 unit a second with a burst of 10 (a few calls
+/// reach a 429), a method cooled after one failure. The nodes' network, the nodes, the gateway.
+pub(crate) async fn live_gateway(redis: &RedisServer) -> (Network, Vec<DevNode>, Gateway) {
+    let (network, nodes) = support::devnodes(12345, 2, Duration::from_secs(60)).await;
     let toml = format!("{}[cache]\nhead_ttl = \"60s\"\n", redis.redis_toml());
     let mut config = Config::from_toml(&toml, "the dashboard test's config").unwrap();
     support::test_gateway(&mut config, &nodes);
@@ -569,6 +571,13 @@ async fn every_metric_the_dashboard_queries_is_exposed_by_a_live_gateway() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let source = ConfigSource::new(move || Ok(config.clone()));
     let gateway = Gateway::start_from(source, Some(listener)).await.unwrap();
+    (network, nodes, gateway)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_metric_the_dashboard_queries_is_exposed_by_a_live_gateway() {
+    let mut redis = RedisServer::start();
+    let (_network, nodes, gateway) = live_gateway(&redis).await;
     let url = gateway.url();
     let p_chain = format!("{url}/ext/bc/P");
     let info = format!("{url}/ext/info");

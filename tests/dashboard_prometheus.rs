@@ -16,10 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use snowgate::config::Config;
-use snowgate::gateway::ConfigSource;
-use snowgate::Gateway;
-use support::redis::{RedisServer, SharedRedis};
+use support::redis::RedisServer;
 use support::{call, client, post, post_with};
 
 /// Panels whose series exist only after an event this test does not cause, and why.
@@ -131,19 +128,9 @@ fn filled(expr: &str, instance: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_dashboard_query_runs_on_a_real_prometheus_and_shows_data() {
     let mut redis = RedisServer::start();
-    let (_network, nodes) = support::devnodes(12345, 2, Duration::from_secs(60)).await;
-    let toml = format!("{}[cache]\nhead_ttl = \"60s\"\n", redis.redis_toml());
-    let mut config = Config::from_toml(&toml, "the dashboard's Prometheus test").unwrap();
-    support::test_gateway(&mut config, &nodes);
-    config.rate_limit.enabled = true;
-    config.rate_limit.requests_per_second = 1;
-    config.rate_limit.burst = 10;
-    config.health.method_failures = 1;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let target = listener.local_addr().unwrap().to_string();
-    let source = ConfigSource::new(move || Ok(config.clone()));
-    let gateway = Gateway::start_from(source, Some(listener)).await.unwrap();
+    let (_network, nodes, gateway) = crate::dashboard::live_gateway(&redis).await;
     let url = gateway.url();
+    let target = url.trim_start_matches("http://").to_string();
     let prometheus = Prometheus::start(&target);
     prometheus.until("up{job=\"snowgate\"} == 1").await;
 
