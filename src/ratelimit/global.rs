@@ -229,16 +229,13 @@ impl Global {
         self.existing(client).map_or(0, |l| l.held())
     }
 
-    /// `client`'s budget left as this instance knows it, in units, and its quota (`None`: a key
-    /// out of range). A client with no lease here is taken to have its whole burst (or, once its
-    /// key is read by a call, what Redis says). Adds no lease.
-    pub fn remaining(&self, client: &ClientId) -> Option<(u64, GlobalQuota)> {
-        let now = self.now_ms();
+    /// `client`'s budget left as this instance knows it, in units (`None`: a key out of range). A
+    /// client with no lease here is taken to have its whole burst (or, once its key is read by a
+    /// call, what Redis says). Adds no lease.
+    pub fn remaining(&self, client: &ClientId) -> Option<u64> {
         match self.existing(client) {
-            Some(lease) => Some((lease.remaining(now), *lease.quota())),
-            None => {
-                matches!(client, ClientId::Ip(_)).then_some((self.ip_quota.burst, self.ip_quota))
-            }
+            Some(lease) => Some(lease.remaining(self.now_ms())),
+            None => matches!(client, ClientId::Ip(_)).then_some(self.ip_quota.burst),
         }
     }
 

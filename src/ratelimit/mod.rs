@@ -637,7 +637,7 @@ impl Limiter {
         let refused = bucket.and_then(|b| b.denied(now, self.units(1, true).max(1)));
         let full = u64::from(policy.burst) * SCALE as u64;
         let remaining = match &self.global {
-            Some(global) => global.remaining(client).map_or(full, |(units, _)| units),
+            Some(global) => global.remaining(client).unwrap_or(full),
             None => bucket.map_or(full, |b| b.remaining(now)),
         };
         QuotaState::new(policy.clone(), remaining, refused)
