@@ -141,6 +141,7 @@ fn hostile(c: &mut Criterion) {
                     ip: [127, 0, 0, 1].into(),
                     client: snowgate::call::ClientId::Ip([127, 0, 0, 1].into()),
                     request_id: None,
+                    trace: Default::default(),
                 },
                 lookup: None,
             };

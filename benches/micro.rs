@@ -74,6 +74,7 @@ fn forward_encode(c: &mut Criterion) {
             ip: [127, 0, 0, 1].into(),
             client: snowgate::call::ClientId::Ip([127, 0, 0, 1].into()),
             request_id: None,
+            trace: Default::default(),
         },
         lookup: None,
     };

@@ -38,6 +38,8 @@ pub struct Caller {
     pub client: ClientId,
     /// The request id (`x-request-id`), for the log lines of this call.
     pub request_id: Option<http::HeaderValue>,
+    /// What this call's spans hang from (`Off` unless `[tracing]` traces it).
+    pub trace: crate::otel::Trace,
 }
 
 impl Caller {
@@ -376,6 +378,7 @@ impl RpcCall {
                 ip,
                 client: ClientId::Ip(ip),
                 request_id: None,
+                trace: Default::default(),
             },
             lookup: None,
         }

@@ -15,8 +15,9 @@
 //!
 //! The modules read bottom-up, and none imports one above it or beside it (`tests/layers.rs`):
 //!
-//! * leaves, the vocabulary: [`jsonrpc`], [`body`], [`methods`], `keys`, [`error`], [`call`],
-//!   [`config`], [`metrics`]; [`logging`] (the log subscriber, its filter from the config);
+//! * leaves, the vocabulary: [`jsonrpc`], [`body`], [`methods`], `keys`, [`otel`] (a call's
+//!   trace), [`error`], [`call`], [`config`], [`metrics`]; [`logging`] (the log subscriber, its
+//!   filter from the config, and the trace exporter);
 //! * [`shared`]: the fleet's Redis (connection, timeout, circuit breaker), under the cache and the
 //!   rate limiter that keep their answers and quotas there;
 //! * the per-call layers, independent of each other: `policy`, [`ratelimit`], [`cache`],
@@ -56,6 +57,7 @@ pub(crate) mod keys;
 pub mod logging;
 pub mod methods;
 pub mod metrics;
+pub mod otel;
 pub(crate) mod policy;
 pub mod ratelimit;
 pub(crate) mod server;

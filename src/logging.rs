@@ -1,4 +1,8 @@
-//! The process's log subscriber, with a filter a reload can change ([`set_filter`]).
+//! The process's log subscriber, with a filter a reload can change ([`set_filter`]), and the
+//! OpenTelemetry layer when `[tracing]` asks for traces ([`crate::otel`]).
+//!
+//! The log's filter is the log's own (a per-layer filter), so that the trace layer sees the spans
+//! of [`crate::otel::TARGET`] whatever the log shows, and the log never shows them.
 //!
 //! `RUST_LOG`, when set, wins over `[log] filter` at start and at every reload (an operator who
 //! sets it for a debugging session keeps it). A library user that installs its own subscriber
@@ -18,8 +22,12 @@ pub const DEFAULT_FILTER: &str = "info";
 /// Installs the subscriber: logs go to stderr (stdout carries the CLI's own output: the listening
 /// line, the demo's help), as text (colour only when stderr is a terminal) or one JSON object per
 /// line, filtered by `RUST_LOG` or else [`DEFAULT_FILTER`] until the config is read
-/// ([`set_filter`]).
-pub fn init(format: crate::config::LogFormat) {
+/// ([`set_filter`]). With `traces`, spans are exported too: call inside the runtime that runs the
+/// exporter, and shut what it returns down before the process exits (it sends what is queued).
+pub fn init(
+    format: crate::config::LogFormat,
+    traces: Option<&crate::otel::Settings>,
+) -> Option<crate::otel::Exporting> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| DEFAULT_FILTER.into());
     let (filter, handle) = reload::Layer::new(filter);
     let fmt = match format {
@@ -35,14 +43,32 @@ pub fn init(format: crate::config::LogFormat) {
             .with_span_list(false)
             .boxed(),
     };
-    if tracing_subscriber::registry()
-        .with(filter)
-        .with(fmt)
-        .try_init()
-        .is_ok()
-    {
+    let registry = tracing_subscriber::registry().with(fmt.with_filter(filter));
+    let (otel, exporting) = match traces.map(crate::otel::install) {
+        Some(Ok(installed)) => (Some(installed.layer), Some(installed.exporting)),
+        Some(Err(e)) => {
+            // Logged once the subscriber is in place; the gateway serves without traces.
+            let failed = e.to_string();
+            let installed = registry.try_init().is_ok();
+            if installed {
+                let _ = FILTER.set(handle);
+            }
+            tracing::error!(error = %failed, "traces are off: the exporter cannot be set up");
+            return None;
+        }
+        None => (None, None),
+    };
+    if registry.with(otel).try_init().is_ok() {
         let _ = FILTER.set(handle);
+        if let Some(traces) = traces {
+            tracing::info!(
+                service = %traces.service_name,
+                sample_ratio = traces.sample_ratio,
+                "traces go to the OTLP collector"
+            );
+        }
     }
+    exporting
 }
 
 /// Applies `[log] filter` (`None`: the default). Does nothing while `RUST_LOG` is set or when

@@ -41,17 +41,27 @@ enum Command {
 }
 
 /// How to write logs, known before the subscriber starts: `serve --log-format`, else the config
-/// file's `[log] format` (a file that cannot be read is reported by `serve` itself), else text.
-fn log_format(command: &Command) -> snowgate::config::LogFormat {
+/// file's `[log] format` (a file that cannot be read is reported by `serve` itself), else text;
+/// and the traces `serve`'s `[tracing]` asks for (an invalid section is reported by `serve`).
+fn observing(
+    command: &Command,
+) -> (
+    snowgate::config::LogFormat,
+    Option<snowgate::otel::Settings>,
+) {
     match command {
-        Command::Serve(args) => args.log_format.unwrap_or_else(|| {
-            args.config
+        Command::Serve(args) => {
+            let config = args
+                .config
                 .as_deref()
-                .and_then(|path| snowgate::Config::read(path).ok())
-                .map(|config| config.log.format)
-                .unwrap_or_default()
-        }),
-        _ => snowgate::config::LogFormat::default(),
+                .and_then(|path| snowgate::Config::read(path).ok());
+            let format = args
+                .log_format
+                .or(config.as_ref().map(|c| c.log.format))
+                .unwrap_or_default();
+            (format, config.and_then(|c| c.tracing.settings()))
+        }
+        _ => (snowgate::config::LogFormat::default(), None),
     }
 }
 
@@ -67,9 +77,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     if let Command::Check(args) = &cli.command {
         return Ok(snowgate::cli::check(args)?);
     }
-    snowgate::logging::init(log_format(&cli.command));
     let rt = tokio::runtime::Runtime::new()?;
-    rt.block_on(async move {
+    let (format, traces) = observing(&cli.command);
+    let exporting = {
+        let _runtime = rt.enter();
+        snowgate::logging::init(format, traces.as_ref())
+    };
+    let served = rt.block_on(async move {
         match cli.command {
             Command::Serve(args) => Ok(snowgate::cli::serve(args).await?),
             #[cfg(feature = "devnode")]
@@ -78,5 +92,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             #[cfg(feature = "devnode")]
             Command::Devnode(args) => Ok(snowgate::devnode::cli::run(args).await?),
         }
-    })
+    });
+    if let Some(exporting) = exporting {
+        rt.block_on(exporting.shutdown());
+    }
+    served
 }

@@ -253,6 +253,7 @@ fn invalid_utf8_inflation_is_counted_before_the_body_is_built() {
             ip: [127, 0, 0, 1].into(),
             client: snowgate::call::ClientId::Ip([127, 0, 0, 1].into()),
             request_id: None,
+            trace: Default::default(),
         },
         lookup: None,
     };

@@ -13,6 +13,8 @@ const RANKS: &[(&str, u32)] = &[
     ("body", 0),
     ("methods", 1),
     ("keys", 1),
+    // A call's trace: what its spans hang from (OpenTelemetry, off without `[tracing]`).
+    ("otel", 1),
     ("error", 2),
     ("call", 2),
     ("config", 2),

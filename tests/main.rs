@@ -45,6 +45,7 @@ mod log_forging;
 mod logs;
 mod metrics;
 mod node_events;
+mod otel;
 mod pool_hardening;
 mod private_methods;
 mod protect;

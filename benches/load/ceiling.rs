@@ -38,6 +38,13 @@ pub fn run(port: u16, size: usize) -> Result<(), String> {
     })
 }
 
+/// An OTLP/HTTP collector that keeps nothing: every export is read and answered with an empty
+/// success (an empty protobuf message is a valid `ExportTraceServiceResponse`). The tracing
+/// section of the load benchmark runs it with `LOAD_BENCH_ROLE=otlp-sink`.
+pub fn run_otlp_sink(port: u16) -> Result<(), String> {
+    serve(port, |_request| async { Bytes::new() })
+}
+
 /// The forwarding floor of snowgate's own stack: a bare hyper server that sends every POST body
 /// on to the node over snowgate's upstream connections ([`snowgate::upstream::conn`]) and copies
 /// the answer back: no parsing, checking, policy, cache, metrics or balancing. The gap between it

@@ -33,7 +33,8 @@
 //! and a watchdog ends the run after 20 minutes (10 for the fleet section alone) whatever happens.
 //!
 //! `LOAD_ONLY=fleet` runs the fleet section alone (a few minutes; its knobs are in [`fleet`]);
-//! `LOAD_ONLY=hedge` the hedged-reads section ([`hedge`], a minute).
+//! `LOAD_ONLY=hedge` the hedged-reads section ([`hedge`], a minute); `LOAD_ONLY=tracing` what
+//! OpenTelemetry traces cost a hit ([`traces`], a few minutes).
 //!
 //! `LOAD_AB=/path/a,/path/b` runs the A/B mode instead of the full table: two snowgate builds
 //! compared in alternating rounds ([`ab`]).
@@ -48,6 +49,7 @@ mod fleet;
 mod hedge;
 mod nginx;
 mod procs;
+mod traces;
 mod wrk;
 
 use std::fmt::Write as _;
@@ -85,6 +87,14 @@ fn main() {
         let size = env_or("LOAD_BENCH_SIZE", 1000usize);
         if let Err(e) = ceiling::run(port, size) {
             eprintln!("ceiling: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    if std::env::var("LOAD_BENCH_ROLE").as_deref() == Ok(traces::ROLE) {
+        let port = env_or("LOAD_BENCH_PORT", 0u16);
+        if let Err(e) = ceiling::run_otlp_sink(port) {
+            eprintln!("otlp sink: {e}");
             std::process::exit(1);
         }
         return;
@@ -171,6 +181,18 @@ impl Bench {
         node_port: u16,
         max_bytes: u64,
     ) -> Result<(Proc, String), String> {
+        self.start_gateway_with(bin, name, node_port, max_bytes, "")
+    }
+
+    /// [`Bench::start_gateway`] with `extra` at the end of its config (whole sections).
+    fn start_gateway_with(
+        &self,
+        bin: &Path,
+        name: &str,
+        node_port: u16,
+        max_bytes: u64,
+        extra: &str,
+    ) -> Result<(Proc, String), String> {
         let port = free_port();
         let config = self.dir.join(format!("{name}.toml"));
         // Shipped defaults, as users run snowgate, rate limiting on, except three numbers: the
@@ -183,7 +205,7 @@ impl Bench {
         let text = format!(
             "[server]\nlisten = \"127.0.0.1:{port}\"\n\n[admin]\napi_keys = [\"{}\"]\n\n[[upstreams]]\nname = \"devnode\"\nurl = \"http://127.0.0.1:{node_port}\"\n\n[cache]\nmax_bytes = {max_bytes}\n\n[rate_limit]\nrequests_per_second = {RATE_LIMIT_QUOTA}\nburst = {RATE_LIMIT_QUOTA}\n",
             client::ADMIN_KEY
-        );
+        ) + extra;
         std::fs::write(&config, text).map_err(|e| e.to_string())?;
         let mut cmd = pinned(&self.pin.server, bin);
         cmd.arg("serve").arg("--config").arg(&config);
@@ -496,9 +518,27 @@ fn run() -> Result<(), String> {
             println!("{out}");
             return Ok(());
         }
+        Ok("tracing") => {
+            eprintln!(
+                "tracing section alone: servers on CPUs [{}], wrk on [{}]; temp dir {}",
+                pin.server,
+                pin.client,
+                dir.display()
+            );
+            let mut out = format!(
+                "\n## snowgate load benchmark: the tracing section, {}\n\n{}; wrk ({}); RUST_LOG={}.\n",
+                now_utc(),
+                machine(),
+                wrk::version(),
+                b.rust_log
+            );
+            out.push_str(&traces::run(&b, &load, rounds)?);
+            println!("{out}");
+            return Ok(());
+        }
         Ok(other) => {
             return Err(format!(
-                "LOAD_ONLY={other}: the sections that run alone are `fleet` and `hedge`"
+                "LOAD_ONLY={other}: the sections that run alone are `fleet`, `hedge` and `tracing`"
             ))
         }
     }

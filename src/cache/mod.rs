@@ -51,7 +51,11 @@
 
 pub mod key;
 pub mod rules;
+mod second;
 pub mod shared;
+
+use second::second;
+pub use second::MAX_SECONDINGS;
 
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher, RandomState};
@@ -560,6 +564,9 @@ where
         };
         if let Some(e) = cache.indexed(fingerprint, &key) {
             cache.count(&call, "hit");
+            if call.caller.trace.is_on() {
+                call.caller.trace.cache().cache_result("hit");
+            }
             let answer = Ok(e.answer(CacheStatus::Hit));
             if cache.index_hits.fetch_add(1, Ordering::Relaxed) % RECORD_EVERY != 0 {
                 return Either::Left(Either::Right(future::ready(answer)));
@@ -576,10 +583,12 @@ where
         let inner = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, inner);
         Either::Right(Box::pin(async move {
+            let lookup = call.caller.trace.cache();
             let stored = cache.store.get(&fingerprint).await;
             if let Some(e) = stored.filter(|e| e.is_for(&key)) {
                 cache.index_entry(fingerprint, &e);
                 cache.count(&call, "hit");
+                lookup.cache_result("hit");
                 return Ok(e.answer(CacheStatus::Hit));
             }
             cache.count(&call, "miss");
@@ -588,7 +597,7 @@ where
             // (a disconnect, a client timeout) a waiter would start the call again. In a task it
             // completes for every waiter whoever goes away; it is bounded by the upstream
             // timeouts like any call.
-            let miss = resolve_miss(cache, inner, call, key, fingerprint, head);
+            let miss = resolve_miss(cache, inner, call, (key, fingerprint), head, lookup);
             match tokio::spawn(miss.in_current_span()).await {
                 Ok(result) => result,
                 Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
@@ -601,18 +610,22 @@ where
 
 /// A miss: one upstream call per key however many callers want it (moka's `or_try_insert_with`
 /// runs the first caller's init, the others wait for its outcome), stored when the rules allow.
+///
+/// `lookup` is the trace's span of the lookup: it ends as a `miss` when this call asks, or as
+/// `coalesced` once the answer it waited for arrives.
 async fn resolve_miss<S>(
     cache: Arc<AnswerCache>,
     mut inner: S,
     call: RpcCall,
-    key: String,
-    fingerprint: Fingerprint,
+    (key, fingerprint): (String, Fingerprint),
     head: Option<u64>,
+    lookup: crate::otel::Child,
 ) -> Result<Answer, ProxyError>
 where
     S: Service<RpcCall, Response = Answer, Error = ProxyError> + Clone + Send + 'static,
     S::Future: Send,
 {
+    let lookup = parking_lot::Mutex::new(Some(lookup));
     let ran = Arc::new(AtomicBool::new(false));
     // Set when the entry came from the fleet's Redis rather than a node (the answer is a hit).
     let from_shared = Arc::new(AtomicBool::new(false));
@@ -626,16 +639,23 @@ where
         let key = key.as_str();
         // Borrowed: both stay here for the one case where the entry found is another key's (a
         // shared fingerprint).
-        let (inner, call) = (&mut inner, &call);
+        let (inner, call, lookup) = (&mut inner, &call, &lookup);
         async move {
             ran.store(true, Ordering::Relaxed);
+            if let Some(span) = lookup.lock().take() {
+                span.cache_result("miss");
+            }
             let shared = cache.shared.as_ref().filter(|_| shares(call.spec.cache));
             if let Some(tier) = shared {
                 // The rules a node's answer meets: a value they would not keep is not served.
                 let accept = |payload: &[u8]| {
                     rules::lifetime(call, AnswerKind::Result, payload, &cache.ttls)
                 };
-                if let Some((payload, ttl)) = tier.lookup(key, accept).await {
+                let redis = call.caller.trace.redis("cache lookup");
+                let found = tier.lookup(key, accept).await;
+                redis.found(found.is_some());
+                drop(redis);
+                if let Some((payload, ttl)) = found {
                     from_shared.store(true, Ordering::Relaxed);
                     let entry = Entry::new(key, AnswerKind::Result, &payload, ttl);
                     return Ok(entry);
@@ -680,6 +700,9 @@ where
     if !ran {
         cache.metrics.coalesced.inc();
     }
+    if let Some(span) = lookup.lock().take() {
+        span.cache_result(if ran { "miss" } else { "coalesced" });
+    }
     if let Ok(entry) = &result {
         // Listed by the call that stored it (a waiter finds it listed already).
         if ran && entry.value().is_for(&key) {
@@ -711,85 +734,6 @@ where
             NotStored::Failed(e) => Err(e.clone()),
         },
     }
-}
-
-/// The most secondings (a second node asked before an answer is kept) in flight at once.
-pub const MAX_SECONDINGS: usize = 64;
-
-/// Asks another node than the one that gave `first` the same `call`, in a task of its own, and
-/// keeps `first` under `key` (in memory, and in the fleet's Redis for a class it shares) only when
-/// that node returns the same bytes: one node's word that `[cache] verify` wants seconded. Nothing
-/// is kept when the second answers otherwise (which node is right cannot be told: both are
-/// logged), fails, or there is no other node. One seconding at a time per key: a miss meanwhile
-/// is answered by a node and not kept; and at most [`MAX_SECONDINGS`] at once in all, so that a
-/// client sending many distinct misses cannot make the gateway hold as many background calls (a
-/// miss beyond is answered and not kept).
-fn second<S>(
-    cache: &Arc<AnswerCache>,
-    inner: S,
-    call: &RpcCall,
-    key: &str,
-    fingerprint: Fingerprint,
-    ttl: Option<Duration>,
-    first: &Answer,
-) where
-    S: Service<RpcCall, Response = Answer, Error = ProxyError> + Send + 'static,
-    S::Future: Send,
-{
-    let Some(node) = first.upstream.clone() else {
-        return;
-    };
-    {
-        let mut seconding = cache.seconding.lock();
-        if seconding.len() >= MAX_SECONDINGS || !seconding.insert(fingerprint) {
-            return;
-        }
-    }
-    let mut call = call.clone();
-    call.lookup = Some(Lookup {
-        key: None,
-        height: None,
-        second_to: Some(node.clone()),
-    });
-    let (cache, key, first) = (cache.clone(), key.to_string(), first.clone());
-    let task = async move {
-        /// Lets the next miss of the key start a seconding, however this one ends.
-        struct Done(Arc<AnswerCache>, Fingerprint);
-        impl Drop for Done {
-            fn drop(&mut self) {
-                self.0.seconding.lock().remove(&self.1);
-            }
-        }
-        let _done = Done(cache.clone(), fingerprint);
-        let (method, class) = (call.spec.name.clone(), call.spec.cache);
-        let result = match inner.oneshot(call).await {
-            Ok(a) if a.kind == AnswerKind::Result && a.payload == first.payload => "agreed",
-            Ok(a) if a.kind == AnswerKind::Result => {
-                let second = a.upstream.as_deref().unwrap_or("-");
-                tracing::warn!(method = %method, first = %node, second, "two nodes answered an immutable call differently: the answer is not kept");
-                "disagreed"
-            }
-            Ok(_) | Err(_) => "unconfirmed",
-        };
-        cache
-            .metrics
-            .answer_checks
-            .with_label_values(&[&method, result])
-            .inc();
-        if result != "agreed" {
-            return;
-        }
-        if let Some(tier) = cache.shared.as_ref().filter(|_| shares(class)) {
-            tier.store(&key, &first.payload, ttl.unwrap_or(tier.immutable_ttl));
-        }
-        let entry = Entry::new(&key, first.kind, &first.payload, ttl);
-        let stored = cache.store.entry(fingerprint).or_insert(entry).await;
-        if stored.is_fresh() {
-            cache.index_entry(fingerprint, stored.value());
-        }
-        cache.refresh_gauges();
-    };
-    tokio::spawn(task.in_current_span());
 }
 
 /// The future of a call the cache lets through: the inner service's, with its answer marked.

@@ -109,6 +109,7 @@ mod tests {
                 ip: [127, 0, 0, 1].into(),
                 client: crate::call::ClientId::Ip([127, 0, 0, 1].into()),
                 request_id: None,
+                trace: Default::default(),
             },
             lookup: None,
         }

@@ -19,6 +19,7 @@ pub mod methods;
 pub mod rate_limit;
 pub mod redis;
 pub mod server;
+pub mod traces;
 pub mod upstream;
 
 use std::collections::BTreeMap;
@@ -36,6 +37,7 @@ pub use log::{LogConfig, LogFormat};
 pub use rate_limit::{ClientIpHeader, KeyQuota, OnRedisDown, QuotaScope, RateLimitConfig, Tier};
 pub use redis::RedisConfig;
 pub use server::ServerConfig;
+pub use traces::TracingConfig;
 pub use upstream::{
     parse_base_url, ForwardConfig, HealthConfig, NetworkConfig, Role, UpstreamConfig,
 };
@@ -78,6 +80,9 @@ pub struct Config {
     /// `[log]`.
     #[serde(default)]
     pub log: LogConfig,
+    /// `[tracing]`: OpenTelemetry traces (off without `otlp_endpoint`).
+    #[serde(default)]
+    pub tracing: TracingConfig,
     /// Per-method additions and overrides of the built-in registry, keyed by method name:
     /// `[methods."platform.getAllValidatorsAt"] family = "platform"`.
     #[serde(default)]
@@ -290,6 +295,7 @@ impl Config {
             }
         }
         self.log.validate()?;
+        self.tracing.validate()?;
         methods::validate(&self.methods, registry)?;
         self.validate_durations()?;
         // Last, so that a file made to show one error (as the tests' are) reports that one.

@@ -349,6 +349,10 @@ fn keep_restart_only(old: &Config, next: &mut Config, restart: &mut Vec<String>)
         restart.push("log.format".into());
         next.log.format = old.log.format;
     }
+    if next.tracing != old.tracing {
+        restart.push("tracing".into());
+        next.tracing = old.tracing.clone();
+    }
     if next.admin.listen != old.admin.listen {
         restart.push("admin.listen".into());
         next.admin.listen = old.admin.listen;

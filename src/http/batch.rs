@@ -44,9 +44,20 @@ where
         }
         type Pending<'a> =
             std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send + 'a>>;
-        let calls: Vec<Pending<'_>> = elements
-            .into_iter()
-            .map(|e| Box::pin(self.one(family, path, e, caller, true)) as Pending<'_>)
+        caller.trace.record_batch(elements.len());
+        // Traced, each call has a span of its own under the request's.
+        let mut callers: Vec<Caller> = Vec::new();
+        if caller.trace.is_on() {
+            callers.extend(elements.iter().map(|_| Caller {
+                trace: caller.trace.batch_call(),
+                ..caller.clone()
+            }));
+        }
+        let calls: Vec<Pending<'_>> = (elements.into_iter().enumerate())
+            .map(|(i, e)| {
+                let caller = callers.get(i).unwrap_or(caller);
+                Box::pin(self.one(family, path, e, caller, true)) as Pending<'_>
+            })
             .collect();
         let len = calls.len();
         let outcomes: Vec<Outcome> = futures_util::stream::iter(calls)

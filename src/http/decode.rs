@@ -300,6 +300,7 @@ where
                 return self.refuse(e, None, caller, id);
             }
         };
+        caller.trace.record_method(&spec.name);
         let call = RpcCall {
             spec,
             params: decoded.envelope.params,
@@ -328,11 +329,13 @@ where
                     AnswerKind::Error => "rpc_error",
                 };
                 self.count(Some(&spec), outcome);
+                let cache = answer.cache.header();
+                caller.trace.record_outcome(outcome, cache, None, false);
                 Outcome {
                     body: client_id.as_deref().map(|id| answer.chunks(Some(id))),
                     status: StatusCode::OK,
                     retry_after: None,
-                    cache: answer.cache.header(),
+                    cache,
                     method: Some(spec),
                     upstream: answer.upstream,
                 }
@@ -388,6 +391,10 @@ where
         id: Option<&[u8]>,
     ) -> Outcome {
         self.count(spec.map(|s| &**s), e.outcome());
+        let failed = e.blame() != crate::error::Blame::Client;
+        caller
+            .trace
+            .record_outcome(e.outcome(), None, e.code(), failed);
         let method = spec.map_or("-", |s| s.name.as_str());
         let request_id = caller.request_id();
         // Quoted as a whole: the error's text can carry a client's method name.
@@ -500,6 +507,7 @@ mod tests {
                 ip,
                 client: ClientId::Ip(ip),
                 request_id: None,
+                trace: Default::default(),
             },
         };
         let r = d.clone().oneshot(req).await.unwrap_or_else(|e| match e {});

@@ -152,11 +152,26 @@ impl Routes {
             ip: peer.ip(),
             client,
             request_id: headers.get(X_REQUEST_ID).cloned(),
+            trace: crate::otel::Trace::OFF,
         }
     }
 }
 
 impl Routes {
+    /// The client as its quota knows it: its key's name (never the key; `key` for a key without
+    /// one), or its address as the limiter sees it.
+    fn client_name(&self, client: &ClientId) -> String {
+        match client {
+            ClientId::Key(_) => self
+                .quota
+                .limiter()
+                .and_then(|l| l.key_name(client))
+                .unwrap_or("key")
+                .to_string(),
+            ClientId::Ip(ip) => ip.to_string(),
+        }
+    }
+
     /// `GET /snowgate/quota`: the caller's own quota, by its key or its address, at a refused
     /// call's price (asking is not free, or it would be a way to spin the limiter); over its
     /// quota, the 429 a call would get. An admin, or anyone with rate limiting off, is told it is
@@ -183,16 +198,7 @@ impl Routes {
             Ok(()) => match self.quota.state(&caller.client) {
                 None => return unlimited(),
                 Some(state) => {
-                    // Its key's name (never the key), or its address as the limiter sees it.
-                    let client = match &caller.client {
-                        ClientId::Key(_) => self
-                            .quota
-                            .limiter()
-                            .and_then(|l| l.key_name(&caller.client))
-                            .unwrap_or("key")
-                            .to_string(),
-                        ClientId::Ip(ip) => ip.to_string(),
-                    };
+                    let client = self.client_name(&caller.client);
                     super::json(http::StatusCode::OK, state.json(&client).to_string())
                 }
             },
@@ -294,7 +300,14 @@ where
         let inner = std::mem::replace(&mut self.inner, clone);
         Box::pin(async move {
             let (parts, body) = req.into_parts();
-            let caller = routes.caller(&parts.headers, conn.peer);
+            let mut caller = routes.caller(&parts.headers, conn.peer);
+            caller.trace = crate::otel::start(&parts.headers, path);
+            if caller.trace.is_on() {
+                let client = routes.client_name(&caller.client);
+                caller.trace.record_request(&client, caller.request_id());
+            }
+            // The request's span learns its status when the answer is made.
+            let trace = caller.trace.clone();
             // Finished where the answer is made; dropped unfinished, the client went away.
             let record = routes.record(started, &parts.headers, caller.client_addr());
             // Held until the answer is made: the body's bytes live that long.
@@ -307,6 +320,8 @@ where
                 Err(e) => {
                     let mut refused = routes.refuse_rpc(&e, record);
                     routes.quota.stamp(charged.as_ref(), refused.headers_mut());
+                    trace.record_outcome(e.outcome(), None, e.code(), false);
+                    trace.record_status(refused.status());
                     return Ok(refused);
                 }
             };
@@ -322,6 +337,7 @@ where
             drop(room);
             answer.map(|mut response| {
                 routes.quota.stamp(charged.as_ref(), response.headers_mut());
+                trace.record_status(response.status());
                 response
             })
         })

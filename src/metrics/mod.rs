@@ -557,6 +557,9 @@ impl Metrics {
                 }))
                 .expect("each metric is registered once");
         }
+        registry
+            .register(Box::new(TraceSpans::new()))
+            .expect("the trace counts are registered once");
         // The process's own figures (memory, CPU, file descriptors, start time), read from /proc
         // at each scrape.
         #[cfg(target_os = "linux")]
@@ -773,6 +776,53 @@ impl prometheus::core::Collector for ProcessFigures {
             }
         }
         families
+    }
+}
+
+/// `snowgate_trace_spans_total{outcome}`: what became of the spans of `[tracing]`, read from the
+/// exporter's counts at each scrape; no series while nothing is traced.
+struct TraceSpans(prometheus::core::Desc);
+
+impl TraceSpans {
+    fn new() -> TraceSpans {
+        let desc = prometheus::core::Desc::new(
+            "snowgate_trace_spans_total".into(),
+            "Spans of [tracing] by outcome: exported; dropped (the exporter's queue was full); \
+             failed (the collector refused them or did not answer in time)"
+                .into(),
+            vec!["outcome".into()],
+            std::collections::HashMap::new(),
+        )
+        .expect("a valid metric description");
+        TraceSpans(desc)
+    }
+}
+
+impl Collector for TraceSpans {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        vec![&self.0]
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        if !crate::otel::installed() {
+            return Vec::new();
+        }
+        let mut family = prometheus::proto::MetricFamily::default();
+        family.set_name(self.0.fq_name.clone());
+        family.set_help(self.0.help.clone());
+        family.set_field_type(prometheus::proto::MetricType::COUNTER);
+        for (outcome, count) in crate::otel::export::counts() {
+            let mut label = prometheus::proto::LabelPair::default();
+            label.set_name("outcome".into());
+            label.set_value(outcome.into());
+            let mut counter = prometheus::proto::Counter::default();
+            counter.set_value(count as f64);
+            let mut metric = prometheus::proto::Metric::default();
+            metric.set_label(vec![label]);
+            metric.set_counter(counter);
+            family.mut_metric().push(metric);
+        }
+        vec![family]
     }
 }
 

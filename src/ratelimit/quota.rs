@@ -253,8 +253,11 @@ where
                     // Redis decides first: the future takes the instance that was polled ready.
                     let clone = self.inner.clone();
                     let mut inner = std::mem::replace(&mut self.inner, clone);
+                    let redis = call.caller.trace.redis("quota");
                     return Either::Right(Box::pin(async move {
-                        decision.await?;
+                        let decided = decision.await;
+                        drop(redis);
+                        decided?;
                         inner.call(call).await
                     }));
                 }
@@ -278,6 +281,7 @@ mod tests {
             ip,
             client: ClientId::Ip(ip),
             request_id: None,
+            trace: Default::default(),
         }
     }
 

@@ -374,10 +374,22 @@ impl Upstream {
         timeout: Duration,
         max_bytes: usize,
     ) -> Result<Bytes, AttemptError> {
+        self.post_with(path, b"", body, timeout, max_bytes).await
+    }
+
+    /// [`Upstream::post`] with header lines of the request's own (its trace context).
+    pub(super) async fn post_with(
+        &self,
+        path: &str,
+        own_headers: &[u8],
+        body: Vec<u8>,
+        timeout: Duration,
+        max_bytes: usize,
+    ) -> Result<Bytes, AttemptError> {
         let deadline = tokio::time::Instant::now() + timeout;
         let reply = self
             .connections
-            .post(path, &body, max_bytes, deadline)
+            .post_with(path, own_headers, &body, max_bytes, deadline)
             .await
             .map_err(|e| match e {
                 conn::SendError::Connect(fault, d) => AttemptError::new(fault, d),

@@ -341,25 +341,28 @@ impl Pool {
     }
 
     /// One attempt of `call` on one upstream, re-encoded with a fresh id, with the bookkeeping
-    /// (in-flight, latency, metrics, passive health).
+    /// (in-flight, latency, metrics, passive health, the trace's span). `nth` counts the call's
+    /// attempts from 1; `hedge` is a hedge's.
     async fn attempt(
         &self,
         members: &Members,
         upstream: &Upstream,
         call: &RpcCall,
-        timeout: Duration,
+        (timeout, nth, hedge): (Duration, usize, bool),
         _slot: Slot<'_>,
     ) -> Result<(AnswerKind, Bytes), AttemptError> {
         let id = upstream_id();
         let body = call.upstream_body(id);
         let handles = &upstream.metrics;
+        let mut span = call.caller.trace.attempt(&upstream.name, nth, hedge);
         let started = Instant::now();
         let _pending = upstream.begin(started);
         handles.in_flight.inc();
         let _gauge = scopeguard(|| handles.in_flight.dec());
         let result = upstream
-            .post(
+            .post_with(
                 upstream.path(call.spec.family),
+                span.header(),
                 body,
                 timeout,
                 members.max_response_bytes,
@@ -386,6 +389,7 @@ impl Pool {
             Err(e) => e.outcome(),
         };
         handles.requests.inc(0, &[&upstream.name], outcome);
+        span.finish(outcome);
         match &result {
             Ok(_) => {
                 upstream.state.lock().passive_success();
@@ -472,7 +476,10 @@ impl Pool {
                     upstream: upstream.name.to_string(),
                 });
             }
-            return match self.attempt(members, upstream, call, timeout, slot).await {
+            return match self
+                .attempt(members, upstream, call, (timeout, 1, false), slot)
+                .await
+            {
                 Ok((kind, payload)) => Ok(answer_from(kind, payload, upstream)),
                 Err(e) => Err(e.into_proxy_error(&upstream.name)),
             };
@@ -483,7 +490,7 @@ impl Pool {
         tried.extend(self.seconding(members, call));
         let mut last_error: Option<ProxyError> = None;
         let mut last_not_found: Option<Answer> = None;
-        for _ in 0..members.forward.max_attempts {
+        for attempt in 1..=members.forward.max_attempts {
             if !tried.is_empty() && Instant::now() >= deadline {
                 // The last attempt ran into the deadline: its error stands.
                 break;
@@ -531,13 +538,21 @@ impl Pool {
                 .filter(|_| tried.len() == 1 && !call.spec.side_effect);
             let (index, result) = match hedge_after {
                 Some(after) => {
-                    let first = self.attempt(members, upstream, call, timeout, slot);
+                    let nth = (timeout, attempt as usize, false);
+                    let first = self.attempt(members, upstream, call, nth, slot);
                     let race = (first, after, min_height, deadline);
                     self.hedged(members, call, index, race, &mut tried).await
                 }
                 None => (
                     index,
-                    self.attempt(members, upstream, call, timeout, slot).await,
+                    (self.attempt(
+                        members,
+                        upstream,
+                        call,
+                        (timeout, attempt as usize, false),
+                        slot,
+                    ))
+                    .await,
                 ),
             };
             let upstream = &members.upstreams[index];
@@ -681,7 +696,8 @@ impl Pool {
         tried.push(second);
         let remaining = deadline.saturating_duration_since(Instant::now());
         let timeout = remaining.min(Self::attempt_timeout(members, call));
-        let hedge = self.attempt(members, &members.upstreams[second], call, timeout, slot);
+        let nth = (timeout, tried.len(), true);
+        let hedge = self.attempt(members, &members.upstreams[second], call, nth, slot);
         tokio::pin!(hedge);
         tokio::select! {
             result = &mut attempt => match result {

@@ -7,6 +7,7 @@ pub mod browser;
 pub mod devnode;
 pub mod fleet;
 pub mod logs;
+pub mod otlp;
 pub mod prometheus;
 pub mod proxy;
 pub mod redis;

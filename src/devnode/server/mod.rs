@@ -62,6 +62,8 @@ const NODE_ID: HeaderName = HeaderName::from_static("node-id");
 const API_ROUTE: HeaderName = HeaderName::from_static("avalanche-api-route");
 /// Time a client has to finish the TLS handshake (Go's read timeout in avalanchego).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+/// The `traceparent` headers a node keeps for [`Control::traceparents`].
+pub const TRACEPARENTS_KEPT: usize = 256;
 /// Pending connections the kernel queues for us.
 const BACKLOG: u32 = 1024;
 
@@ -78,6 +80,9 @@ struct NodeState {
     tls: Option<tokio_rustls::TlsAcceptor>,
     faults: FaultState,
     calls: CallCounter,
+    /// The `traceparent` of the last [`TRACEPARENTS_KEPT`] JSON-RPC requests that carried one,
+    /// oldest first: what a node that traces would have continued.
+    traceparents: parking_lot::Mutex<std::collections::VecDeque<String>>,
     health: HealthState,
     /// Bumped to drop every open connection (going down, or the node being dropped).
     kill: watch::Sender<u64>,
@@ -90,6 +95,15 @@ struct NodeState {
 }
 
 impl NodeState {
+    /// Keeps a request's `traceparent` (see [`NodeState::traceparents`]).
+    fn record_traceparent(&self, value: &[u8]) {
+        let mut kept = self.traceparents.lock();
+        if kept.len() == TRACEPARENTS_KEPT {
+            kept.pop_front();
+        }
+        kept.push_back(String::from_utf8_lossy(value).into_owned());
+    }
+
     /// The release this node plays now.
     fn version(&self) -> NodeVersion {
         *self.version.read()
@@ -181,6 +195,7 @@ impl DevNode {
             tls,
             faults: FaultState::default(),
             calls: CallCounter::default(),
+            traceparents: parking_lot::Mutex::default(),
             health: HealthState::default(),
             kill: watch::Sender::new(0),
             listening: parking_lot::Mutex::new(None),
@@ -343,6 +358,12 @@ impl Control {
     /// Forgets the call counts.
     pub fn reset_calls(&self) {
         self.node.calls.reset();
+    }
+
+    /// The `traceparent` headers of the last JSON-RPC requests that carried one, oldest first
+    /// (at most [`TRACEPARENTS_KEPT`]).
+    pub fn traceparents(&self) -> Vec<String> {
+        self.node.traceparents.lock().iter().cloned().collect()
     }
 
     /// The P-chain height this node reports (capped while frozen).

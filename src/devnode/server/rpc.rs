@@ -67,6 +67,9 @@ pub async fn serve(node: &NodeState, req: Request<Incoming>, service: Service) -
         let msg = http_rules::unsupported_media_text(media);
         return reply::rpc_error(StatusCode::UNSUPPORTED_MEDIA_TYPE, msg);
     }
+    if let Some(traceparent) = req.headers().get("traceparent") {
+        node.record_traceparent(traceparent.as_bytes());
+    }
     let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => return reply::bare(StatusCode::PAYLOAD_TOO_LARGE),

@@ -169,8 +169,21 @@ impl Connections {
         max_bytes: usize,
         deadline: tokio::time::Instant,
     ) -> Result<Reply, SendError> {
-        let request =
-            wire::post(path, &self.host, &self.extra, body).ok_or(SendError::InvalidPath)?;
+        self.post_with(path, b"", body, max_bytes, deadline).await
+    }
+
+    /// [`Connections::post`] with header lines of this request's own (`name: value\r\n` each,
+    /// valid: its trace context).
+    pub async fn post_with(
+        &self,
+        path: &str,
+        own_headers: &[u8],
+        body: &[u8],
+        max_bytes: usize,
+        deadline: tokio::time::Instant,
+    ) -> Result<Reply, SendError> {
+        let headers = (&self.extra[..], own_headers);
+        let request = wire::post(path, &self.host, headers, body).ok_or(SendError::InvalidPath)?;
         // Reused connections first; one that refuses the request unsent passes it on to the
         // next, and finally to a new connection.
         while let Some(mut conn) = self.checkout() {

@@ -30,20 +30,28 @@ pub(super) fn push_header_lines(out: &mut Vec<u8>, headers: &[(HeaderName, Heade
 }
 
 /// The bytes of `POST path` to `host` with the JSON `body`: head and body in one buffer, written
-/// with one system call. `extra` is header lines sent as they are ([`push_header_lines`]).
-/// `None` when the path cannot be sent (not absolute, or not printable ASCII).
-pub(super) fn post(path: &str, host: &str, extra: &[u8], body: &[u8]) -> Option<Vec<u8>> {
+/// with one system call. `extra` (every request's) and `own` (this request's: its trace context)
+/// are header lines sent as they are ([`push_header_lines`]). `None` when the path cannot be sent
+/// (not absolute, or not printable ASCII).
+pub(super) fn post(
+    path: &str,
+    host: &str,
+    (extra, own): (&[u8], &[u8]),
+    body: &[u8],
+) -> Option<Vec<u8>> {
     if !path.starts_with('/') || path.bytes().any(|b| !b.is_ascii_graphic()) {
         return None;
     }
     let mut length = itoa::Buffer::new();
-    let mut out = Vec::with_capacity(96 + path.len() + host.len() + extra.len() + body.len());
+    let head = 96 + path.len() + host.len() + extra.len() + own.len();
+    let mut out = Vec::with_capacity(head + body.len());
     out.extend_from_slice(b"POST ");
     out.extend_from_slice(path.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
     out.extend_from_slice(host.as_bytes());
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(extra);
+    out.extend_from_slice(own);
     out.extend_from_slice(b"content-type: application/json\r\ncontent-length: ");
     out.extend_from_slice(length.format(body.len()).as_bytes());
     out.extend_from_slice(b"\r\n\r\n");
@@ -282,14 +290,22 @@ mod tests {
         );
         let mut extra = Vec::new();
         push_header_lines(&mut extra, &[key]);
-        let request = post("/ext/bc/C/rpc", "node:9650", &extra, b"{}").expect("a valid path");
+        let request = post("/ext/bc/C/rpc", "node:9650", (&extra, b""), b"{}").expect("a path");
         assert_eq!(
             request,
             b"POST /ext/bc/C/rpc HTTP/1.1\r\nhost: node:9650\r\nx-api-key: k\r\n\
               content-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
         );
+        let own = b"traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n";
+        let request = post("/p", "node", (&extra, own), b"{}").expect("a valid path");
+        assert_eq!(
+            request,
+            b"POST /p HTTP/1.1\r\nhost: node\r\nx-api-key: k\r\n\
+              traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n\
+              content-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+        );
         for bad in ["ext/bc/C/rpc", "/a b", "/a\r\nx: y", "/caf\u{e9}", ""] {
-            assert_eq!(post(bad, "node", b"", b"{}"), None, "{bad:?}");
+            assert_eq!(post(bad, "node", (b"", b""), b"{}"), None, "{bad:?}");
         }
     }
 
