@@ -391,12 +391,15 @@ async fn a_broken_file_keeps_the_old_config_serving_and_says_why() {
     );
 
     // Fixed: applied, and the answer says so; `listen` needs a restart and says that.
-    let fixed = config_text(&named, NO_LIMITS).replace("127.0.0.1:0", "127.0.0.1:1");
+    // So does `[tracing]` (its exporter is set up once, at start).
+    let fixed = config_text(&named, NO_LIMITS).replace("127.0.0.1:0", "127.0.0.1:1")
+        + "\n[tracing]\notlp_endpoint = \"http://127.0.0.1:4318\"\n";
     write(&path, &fixed);
     let r = reload_over_http(&url, Some(ADMIN_KEY)).await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.json()["reloaded"], true, "{}", r.body);
     assert_eq!(r.json()["restartNeeded"][0], "server", "{}", r.body);
+    assert_eq!(r.json()["restartNeeded"][1], "tracing", "{}", r.body);
     assert_eq!(height(&url).await.status, 200);
     gw.shutdown().await;
 }
