@@ -8,6 +8,7 @@ mod support;
 
 mod alerts;
 mod attack_h2_round2;
+mod attack_otel_28;
 mod attack_pool_round2;
 mod attack_quota_27;
 mod attack_quota_round2;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use snowgate::devnode::{DevNode, DevNodeConfig, Faults};
 
 use crate::support::binary::Served;
-use crate::support::otlp::{Mode, Receiver, Span};
+use crate::support::otlp::{answering, spans_counted, Mode, Receiver, Span};
 use crate::support::{call, get_metrics, post, post_with, ADMIN_KEY};
 
 /// A method node `a` fails (HTTP 500) and node `b` serves: a call of it goes to `a` (the one
@@ -62,22 +62,8 @@ async fn serve(
     let text = config(a, b, &tracing) + sections;
     let served = Served::start(&text, rust_log);
     let rpc = format!("{}/ext/bc/P", served.url);
-    ready(&served.url).await;
+    answering(&served.url).await;
     (served, rpc)
-}
-
-/// Waits until the gateway answers a call with a result.
-async fn ready(url: &str) {
-    let rpc = format!("{url}/ext/bc/P");
-    let start = std::time::Instant::now();
-    while start.elapsed() < WAIT {
-        let r = post(&rpc, &call("platform.getHeight", "{}")).await;
-        if r.status == 200 && r.body.contains("\"result\"") {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the gateway never answered");
 }
 
 /// Waits until `receiver` holds at least `n` spans of `trace`, and returns them.
@@ -268,17 +254,10 @@ async fn a_slow_or_down_collector_costs_spans_never_answers() {
         assert_eq!(r.status, 200, "{}", r.body);
         assert!(r.body.contains(&format!("\"id\":{i}")), "{}", r.body);
     }
-    let count = |text: &str, outcome: &str| -> u64 {
-        let series = format!("snowgate_trace_spans_total{{outcome=\"{outcome}\"}} ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(&series))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
-    };
     let start = std::time::Instant::now();
     loop {
         let text = get_metrics(&served.url).await;
-        if count(&text, "dropped") > 0 && count(&text, "failed") > 0 {
+        if spans_counted(&text, "dropped") > 0 && spans_counted(&text, "failed") > 0 {
             break;
         }
         assert!(start.elapsed() < WAIT, "no spans counted lost: {text}");
@@ -359,4 +338,48 @@ async fn redis_round_trips_and_a_hedge_have_spans_of_their_own() {
             assert!(!value.contains(&redis.url()), "{value}");
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_force_at_most_client_sampled_per_second_traces() {
+    let receiver = Receiver::start().await;
+    let (a, b) = nodes().await;
+    // Nothing sampled by the ratio: only clients' flags make traces, one a second at most.
+    let more = "sample_ratio = 0.0\nclient_sampled_per_second = 1";
+    let (served, rpc) = serve(&receiver, (&a, &b), more, "", "warn").await;
+    let traceparent = format!("00-{TRACE}-{CLIENT_SPAN}-01");
+    let sent = 100;
+    let started = std::time::Instant::now();
+    for i in 0..sent {
+        let body = call("platform.getHeight", "{}").replace("\"id\":1", &format!("\"id\":{i}"));
+        let r = post_with(&rpc, &body, &[("traceparent", &traceparent)]).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    // Every span made is exported (the metric and the receiver agree), then counted.
+    let exported = |text: &str| spans_counted(text, "exported") as usize;
+    let start = std::time::Instant::now();
+    loop {
+        let text = get_metrics(&served.url).await;
+        let made = exported(&text);
+        if made > 0 && made == receiver.spans().len() {
+            tokio::time::sleep(Duration::from_millis(2500)).await;
+            if exported(&get_metrics(&served.url).await) == made {
+                break;
+            }
+        }
+        assert!(start.elapsed() < WAIT, "spans never settled: {text}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let traced = (receiver.spans().iter())
+        .filter(|s| s.trace_id == TRACE && s.parent == CLIENT_SPAN)
+        .count();
+    // A burst of one, then one a second: however slow the machine, far fewer than were sent.
+    let bound = 1 + elapsed.ceil() as usize;
+    assert!(traced >= 1, "the first was traced");
+    assert!(
+        traced <= bound,
+        "{traced} traced in {elapsed:.1} s (at most {bound})"
+    );
+    assert!(traced < sent, "{traced} of {sent}");
 }

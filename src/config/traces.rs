@@ -25,6 +25,11 @@ pub struct TracingConfig {
     /// starts a new trace, sampled at `sample_ratio`, linked to the client's (clients then cannot
     /// choose what is traced, nor join a trace of their choosing).
     pub client_trace: ClientTrace,
+    /// With `client_trace = "follow"`: the most requests a second (all clients together) that a
+    /// client's sampled flag alone has traced; beyond, `sample_ratio` decides for them too, so
+    /// that clients cannot choose how many spans the collector gets. `0`: the flag never forces a
+    /// trace (a trace that is sampled still continues the client's).
+    pub client_sampled_per_second: u32,
     /// Finished spans waiting for the exporter; beyond, spans are dropped and counted
     /// (`snowgate_trace_spans_dropped_total`), never waited for.
     pub max_queued_spans: usize,
@@ -40,6 +45,7 @@ impl Default for TracingConfig {
             service_name: "snowgate".to_string(),
             sample_ratio: 1.0,
             client_trace: ClientTrace::Follow,
+            client_sampled_per_second: 100,
             max_queued_spans: 2048,
             export_timeout: Duration::from_secs(5),
         }
@@ -71,6 +77,7 @@ impl TracingConfig {
             service_name: self.service_name.clone(),
             sample_ratio: self.sample_ratio,
             follow_client: self.client_trace == ClientTrace::Follow,
+            client_sampled_per_second: self.client_sampled_per_second,
             max_queued_spans: self.max_queued_spans,
             export_timeout: self.export_timeout,
         })

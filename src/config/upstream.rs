@@ -179,7 +179,19 @@ const OWN_HEADERS: &[&str] = &[
     "content-length",
     "transfer-encoding",
     "connection",
+    // The trace context of each attempt (`[tracing]`): a second one would void both.
+    "traceparent",
+    "tracestate",
 ];
+
+/// What to do instead of setting a header snowgate sets itself.
+fn own_hint(name: &str) -> &'static str {
+    match name.to_ascii_lowercase().as_str() {
+        "host" => " (use host_header for Host)",
+        "traceparent" | "tracestate" => " (each attempt carries its trace context: see [tracing])",
+        _ => "",
+    }
+}
 
 /// Checks a node base URL: `http://[user:pass@]host:port[/prefix]` or `https://...`, no query
 /// or fragment. An `http://` port is required: an avalanchego node listens on 9650, not on HTTP's
@@ -320,7 +332,7 @@ pub enum HeaderError {
     #[error("{0:?} is not a header name")]
     Name(String),
     /// A header snowgate sets itself.
-    #[error("{0:?} is set by snowgate (use host_header for Host)")]
+    #[error("{0:?} is set by snowgate{hint}", hint = own_hint(.0))]
     Own(String),
     /// Its value's `${...}` cannot be expanded.
     #[error("header {name:?}: {error}")]

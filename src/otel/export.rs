@@ -95,12 +95,13 @@ pub struct Handle {
 }
 
 impl Handle {
-    /// Exports what is queued (one export's timeout per batch, at most a few), then stops.
+    /// Exports what is queued, then stops: within one `export_timeout` in all, whatever the
+    /// collector does (a stop must not wait on it).
     pub async fn close(mut self) {
         if let Some(close) = self.close.take() {
             let _ = close.send(());
         }
-        let _ = tokio::time::timeout(self.timeout * 2, &mut self.task).await;
+        let _ = tokio::time::timeout(self.timeout, &mut self.task).await;
         self.task.abort();
     }
 }

@@ -21,8 +21,11 @@
 //! `tracestate`, up to 512 bytes) continues its trace (`client_trace = "follow"`, the default, as
 //! OpenTelemetry's parent-based sampling: its sampled flag decides), or starts a new one linked to
 //! it (`"link"`, for a public endpoint whose clients should not choose what is traced). Every
-//! attempt sends the node a `traceparent` naming the attempt's own span; a request not recorded
-//! here passes the client's on unchanged, so a node that traces still sees it.
+//! attempt sends the node a `traceparent` naming the attempt's own span; in follow mode a request
+//! not recorded here passes the client's on (as the propagator reads it), so a node that traces
+//! still sees it. What clients' sampled flags alone may have traced is bounded
+//! (`client_sampled_per_second`, all clients together; beyond, the ratio decides), so that a
+//! client cannot choose the collector's volume, nor crowd the queue with traces of its refusals.
 //!
 //! **Sampling** is decided once, at the request, before any span exists: a request not sampled
 //! makes no span at all, so `sample_ratio = 0.01` costs the other 99 % one random number.
@@ -63,6 +66,8 @@ pub struct Settings {
     pub sample_ratio: f64,
     /// A client's `traceparent` is continued, its sampled flag deciding; else linked to.
     pub follow_client: bool,
+    /// The most requests a second a client's sampled flag alone has traced (all clients).
+    pub client_sampled_per_second: u32,
     /// Finished spans the queue holds at most.
     pub max_queued_spans: usize,
     /// The longest one export may take.
@@ -73,6 +78,8 @@ pub struct Settings {
 struct Sampling {
     ratio: f64,
     follow_client: bool,
+    /// What clients' sampled flags may still have traced this second (`None`: nothing).
+    forced: Option<governor::DefaultDirectRateLimiter>,
 }
 
 static SAMPLING: OnceLock<Sampling> = OnceLock::new();
@@ -106,7 +113,7 @@ pub struct Exporting {
 }
 
 impl Exporting {
-    /// Sends the spans still queued (within `[tracing] export_timeout`), then stops.
+    /// Sends the spans still queued (within one `[tracing] export_timeout` in all), then stops.
     pub async fn shutdown(self) {
         self.queue.close().await;
         // The queue above was the provider's only processor: nothing is left to flush.
@@ -159,9 +166,12 @@ where
         .with_filter(
             tracing_subscriber::filter::Targets::new().with_target(TARGET, tracing::Level::TRACE),
         );
+    let forced = std::num::NonZeroU32::new(config.client_sampled_per_second)
+        .map(|n| governor::RateLimiter::direct(governor::Quota::per_second(n)));
     let _ = SAMPLING.set(Sampling {
         ratio: config.sample_ratio,
         follow_client: config.follow_client,
+        forced,
     });
     Ok(Installed {
         layer,
@@ -184,10 +194,15 @@ pub fn start(headers: &HeaderMap, path: &'static str) -> Trace {
     let parent = TraceContextPropagator::new().extract(&Headers(headers));
     let remote = parent.span().span_context().clone();
     let follow = sampling.follow_client && remote.is_valid();
-    let sampled = if follow {
-        remote.is_sampled()
+    let by_ratio = || sampling.ratio >= 1.0 || rand::random::<f64>() < sampling.ratio;
+    let sampled = if !follow {
+        by_ratio()
+    } else if remote.is_sampled() {
+        // The client's flag, within what clients may force; beyond, the ratio.
+        let forced = sampling.forced.as_ref().is_some_and(|f| f.check().is_ok());
+        forced || by_ratio()
     } else {
-        sampling.ratio >= 1.0 || rand::random::<f64>() < sampling.ratio
+        false
     };
     if !sampled {
         if !follow {
@@ -218,7 +233,15 @@ pub fn start(headers: &HeaderMap, path: &'static str) -> Trace {
     if follow {
         let _ = span.set_parent(parent);
     } else if remote.is_valid() {
-        span.add_link(remote);
+        // The client's span, without its `tracestate` (the client's own text).
+        let linked = opentelemetry::trace::SpanContext::new(
+            remote.trace_id(),
+            remote.span_id(),
+            remote.trace_flags(),
+            true,
+            Default::default(),
+        );
+        span.add_link(linked);
     }
     Trace(Some(Box::new(Traced::On(span))))
 }
@@ -466,7 +489,8 @@ struct Lines(Vec<u8>);
 
 impl Injector for Lines {
     fn set(&mut self, key: &str, value: String) {
-        if value.bytes().any(|b| !(b == b' ' || b.is_ascii_graphic())) {
+        // An empty `tracestate` is left out (W3C asks senders not to send one).
+        if value.is_empty() || value.bytes().any(|b| !(b == b' ' || b.is_ascii_graphic())) {
             return;
         }
         self.0.extend_from_slice(key.as_bytes());

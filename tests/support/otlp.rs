@@ -223,3 +223,27 @@ fn text(value: &AnyValue) -> String {
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// `snowgate_trace_spans_total{outcome}` in a `/metrics` text (0 when absent).
+pub fn spans_counted(metrics: &str, outcome: &str) -> u64 {
+    let series = format!("snowgate_trace_spans_total{{outcome=\"{outcome}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits (at most a minute) until the gateway at `url` answers a call with a result.
+pub async fn answering(url: &str) {
+    let rpc = format!("{url}/ext/bc/P");
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(60) {
+        let r = super::post(&rpc, &super::call("platform.getHeight", "{}")).await;
+        if r.status == 200 && r.body.contains("\"result\"") {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the gateway at {url} never answered");
+}
