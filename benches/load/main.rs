@@ -11,7 +11,8 @@
 //! 3. **nginx proxy_cache** in front of the devnode, keyed on the request body ([`nginx`]);
 //! 4. **direct**: the devnode itself;
 //! 5. **snowgate, forwarded** (`platform.sampleValidators`, never cached) and **nginx plain
-//!    proxy** with upstream keep-alive, on the same devnode;
+//!    proxy** with upstream keep-alive, on the same devnode, then both again in front of the same
+//!    devnode serving HTTPS ([`tls`]: nginx with `proxy_pass https://` and session reuse);
 //!
 //! plus the cache-size run (hits over 100 keys, then over 1,000,000 keys in the same instance) and
 //! resident memory (idle, and with `max_bytes = 64 MiB` filled past capacity), and the fleet
@@ -49,6 +50,7 @@ mod fleet;
 mod hedge;
 mod nginx;
 mod procs;
+mod tls;
 mod traces;
 mod wrk;
 
@@ -193,6 +195,20 @@ impl Bench {
         max_bytes: u64,
         extra: &str,
     ) -> Result<(Proc, String), String> {
+        let upstream = format!("url = \"http://127.0.0.1:{node_port}\"");
+        self.start_gateway_to(bin, name, &upstream, max_bytes, extra)
+    }
+
+    /// [`Bench::start_gateway_with`], its one upstream's keys (`url`, and `tls_ca_file` for a TLS
+    /// node) given.
+    fn start_gateway_to(
+        &self,
+        bin: &Path,
+        name: &str,
+        upstream: &str,
+        max_bytes: u64,
+        extra: &str,
+    ) -> Result<(Proc, String), String> {
         let port = free_port();
         let config = self.dir.join(format!("{name}.toml"));
         // Shipped defaults, as users run snowgate, rate limiting on, except three numbers: the
@@ -203,7 +219,7 @@ impl Bench {
         // 200,000 cost units/s, under the validator's bound of u32::MAX / 10) keeps every check
         // and bucket update on the path without the load ever exhausting it.
         let text = format!(
-            "[server]\nlisten = \"127.0.0.1:{port}\"\n\n[admin]\napi_keys = [\"{}\"]\n\n[[upstreams]]\nname = \"devnode\"\nurl = \"http://127.0.0.1:{node_port}\"\n\n[cache]\nmax_bytes = {max_bytes}\n\n[rate_limit]\nrequests_per_second = {RATE_LIMIT_QUOTA}\nburst = {RATE_LIMIT_QUOTA}\n",
+            "[server]\nlisten = \"127.0.0.1:{port}\"\n\n[admin]\napi_keys = [\"{}\"]\n\n[[upstreams]]\nname = \"devnode\"\n{upstream}\n\n[cache]\nmax_bytes = {max_bytes}\n\n[rate_limit]\nrequests_per_second = {RATE_LIMIT_QUOTA}\nburst = {RATE_LIMIT_QUOTA}\n",
             client::ADMIN_KEY
         ) + extra;
         std::fs::write(&config, text).map_err(|e| e.to_string())?;
@@ -574,6 +590,15 @@ fn run() -> Result<(), String> {
 
     // snowgate, with the default cache bound; idle memory right after start.
     let (snowgate, sg_url) = b.start_snowgate("snowgate", node_port, 256 * 1024 * 1024)?;
+    // The same node over TLS, and a snowgate in front of it (forwarded calls only).
+    let certs = tls::certs(&dir)?;
+    let (devnode_tls, tls_node_port) = b.start_tls_devnode(&certs)?;
+    let tls_upstream = format!(
+        "url = \"https://127.0.0.1:{tls_node_port}\"\ntls_ca_file = \"{}\"",
+        certs.ca.display()
+    );
+    let (snowgate_tls, sg_tls_url) =
+        b.start_gateway_to(&b.snowgate, "snowgate-tls", &tls_upstream, 64 << 20, "")?;
     std::thread::sleep(Duration::from_secs(1));
     let idle_rss = snowgate.rss_kib();
     b.send_all(&sg_url, &mix, "x-cache")?;
@@ -610,11 +635,16 @@ fn run() -> Result<(), String> {
     let bare_url = format!("http://127.0.0.1:{bare_port}");
 
     // nginx: proxy_cache and the plain proxy; warmed with every key, then checked all HITs.
-    let (cache_port, plain_port) = (free_port(), free_port());
+    let (cache_port, plain_port, tls_port) = (free_port(), free_port(), free_port());
     let conf = dir.join("nginx.conf");
+    let tls_node = nginx::TlsNode {
+        port: tls_node_port,
+        ca: &certs.ca,
+    };
+    let ports = (cache_port, plain_port, tls_port);
     std::fs::write(
         &conf,
-        nginx::config(&dir, pin.workers, node_port, cache_port, plain_port),
+        nginx::config(&dir, pin.workers, node_port, ports, &tls_node),
     )
     .map_err(|e| e.to_string())?;
     let mut cmd = pinned(&pin.server, &procs::nginx_binary());
@@ -622,6 +652,8 @@ fn run() -> Result<(), String> {
     let mut nginx = b.server("nginx", cmd)?;
     procs::wait_listening(&mut nginx, addr(cache_port), Duration::from_secs(20))?;
     procs::wait_listening(&mut nginx, addr(plain_port), Duration::from_secs(20))?;
+    procs::wait_listening(&mut nginx, addr(tls_port), Duration::from_secs(20))?;
+    let nginx_tls_url = format!("http://127.0.0.1:{tls_port}");
     let nginx_cache_url = format!("http://127.0.0.1:{cache_port}");
     let nginx_plain_url = format!("http://127.0.0.1:{plain_port}");
     b.send_all(&nginx_cache_url, &mix, "x-cache-status")?;
@@ -774,6 +806,24 @@ fn run() -> Result<(), String> {
             &one,
         ),
         Contestant::new(
+            "snowgate, forwarded over https",
+            fwd_label.clone(),
+            &sg_tls_url,
+            "mix.lua",
+            fwd_env.to_vec(),
+            vec![&snowgate_tls, &devnode_tls],
+            &load,
+        ),
+        Contestant::new(
+            "nginx plain proxy over https",
+            fwd_label.clone(),
+            &nginx_tls_url,
+            "mix.lua",
+            fwd_env.to_vec(),
+            vec![&nginx, &devnode_tls],
+            &load,
+        ),
+        Contestant::new(
             "snowgate, cache hits",
             "getTx + nonce, 100 keys cached".into(),
             &sg100_url,
@@ -802,8 +852,10 @@ fn run() -> Result<(), String> {
     const DIRECT_1: usize = 8;
     const SG_1: usize = 9;
     const NGX_1: usize = 10;
-    const SMALL: usize = 11;
-    const LARGE: usize = 12;
+    const SG_TLS: usize = 11;
+    const NGX_TLS: usize = 12;
+    const SMALL: usize = 13;
+    const LARGE: usize = 14;
 
     let misses = miss_count(&b.metrics(&sg_url));
     let mut node_calls = 0;
@@ -874,7 +926,9 @@ fn run() -> Result<(), String> {
     ));
     drop(small_sg);
     drop(snowgate);
+    drop(snowgate_tls);
     drop(devnode);
+    drop(devnode_tls);
 
     step("the fleet section");
     let fleet = fleet::run(&b, &load, rounds)?;
@@ -970,6 +1024,25 @@ fn run() -> Result<(), String> {
             "{r:.2} x (proxy CPU per request: snowgate {sg:.1} µs, nginx {ngx:.1} µs, bare hyper proxy {bare:.1} µs; the devnode behind each: {sg_node:.1}, {ngx_node:.1}, {bare_node:.1} µs)",
         ),
         r >= 1.0,
+    );
+    target(
+        "forwarded: proxy CPU per call <= 1.0 x nginx plain proxy's",
+        format!("{:.2} x", sg / ngx),
+        sg <= ngx,
+    );
+    let (sg_tls, sg_tls_node) = own(&med[SG_TLS]);
+    let (ngx_tls, ngx_tls_node) = own(&med[NGX_TLS]);
+    // A proxy answering errors is fast at it: the comparison holds only if neither did.
+    let tls_errors: u64 = (results[SG_TLS].iter().chain(&results[NGX_TLS]))
+        .map(|m| m.errors)
+        .sum();
+    target(
+        "forwarded over https: proxy CPU per call <= 1.0 x nginx plain proxy's (proxy_pass https://, session reuse, keep-alive)",
+        format!(
+            "{:.2} x (snowgate {sg_tls:.1} µs, nginx {ngx_tls:.1} µs; the TLS devnode behind each: {sg_tls_node:.1}, {ngx_tls_node:.1} µs; {tls_errors} errors)",
+            sg_tls / ngx_tls
+        ),
+        sg_tls <= ngx_tls && tls_errors == 0,
     );
     let added_1 = med[SG_1].p50_us - med[DIRECT_1].p50_us;
     target(

@@ -4,15 +4,24 @@
 
 use std::path::Path;
 
-/// The config file's text.
+/// The TLS node nginx's third server proxies to: its port and the CA file its certificate (for
+/// `localhost`) is checked against.
+pub struct TlsNode<'a> {
+    pub port: u16,
+    pub ca: &'a Path,
+}
+
+/// The config file's text: `proxy_cache` on `cache_port`, the plain proxy on `plain_port`, and the
+/// plain proxy to the TLS node on `tls_port`.
 pub fn config(
     dir: &Path,
     workers: usize,
     node_port: u16,
-    cache_port: u16,
-    plain_port: u16,
+    (cache_port, plain_port, tls_port): (u16, u16, u16),
+    tls: &TlsNode<'_>,
 ) -> String {
     let d = dir.display();
+    let (tls_node, ca) = (tls.port, tls.ca.display());
     // Workers run as the invoking user when it is root (otherwise nginx ignores `user`).
     let user = if std::env::var("USER").as_deref() == Ok("root") || is_root() {
         "user root;"
@@ -55,6 +64,12 @@ http {{
         keepalive_requests 10000000;
     }}
 
+    upstream node_tls {{
+        server 127.0.0.1:{tls_node};
+        keepalive 64;
+        keepalive_requests 10000000;
+    }}
+
     proxy_cache_path {d}/nginx-cache levels=1:2 keys_zone=rpc:64m max_size=2g inactive=1h use_temp_path=off;
 
     # 3. nginx proxy_cache keyed on the request body.
@@ -84,6 +99,22 @@ http {{
             proxy_set_header Connection "";
             # The node's allowed-hosts filter takes IP literals (the upstream's name would be 403).
             proxy_set_header Host 127.0.0.1:{node_port};
+        }}
+    }}
+
+    # 5c. The same plain proxy to the node over TLS: keep-alive, the session reused, the node's
+    # certificate checked (as snowgate checks it) against the run's private CA.
+    server {{
+        listen 127.0.0.1:{tls_port};
+        location / {{
+            proxy_pass https://node_tls;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host 127.0.0.1:{tls_node};
+            proxy_ssl_session_reuse on;
+            proxy_ssl_verify on;
+            proxy_ssl_trusted_certificate {ca};
+            proxy_ssl_name localhost;
         }}
     }}
 }}
