@@ -60,9 +60,17 @@ async fn the_script_grants_at_most_the_burst_then_the_rate() {
     let shared = connect(&redis, &Metrics::new()).await;
     // 100 cost units/s = 1000 units/s (1 ms per unit), a burst of 10 cost units = 100 units.
     let q = GlobalQuota::new(100, 10);
+    let asked = Instant::now();
     let first = ask(&shared, "t:a", &q, take(100)).await;
     assert_eq!(first.granted, 100, "a new client gets the burst");
-    assert_eq!(ask(&shared, "t:a", &q, take(1)).await.granted, 0, "no more");
+    // No more than what came back since (a unit a millisecond: on a busy machine the second ask
+    // may come a few milliseconds later, and find those).
+    let again = ask(&shared, "t:a", &q, take(1)).await.granted;
+    let since = asked.elapsed().as_millis() as u64;
+    assert!(
+        again <= since,
+        "{again} more granted {since} ms after the burst"
+    );
     let start = Instant::now();
     let mut granted = 0;
     let mut last_sent = start;

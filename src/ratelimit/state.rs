@@ -9,7 +9,6 @@
 //! `r` is what the caller may spend now (whole cost units, rounded down) and `t` the seconds until
 //! the bucket is full again, or, when the caller is refused, until its `Retry-After`.
 
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -38,6 +37,24 @@ impl Policy {
             .div_ceil(u64::from(self.requests_per_second.max(1)))
             .max(1)
     }
+}
+
+/// `"name";a=1;b=2`, written straight into the header's one buffer: every charged answer carries
+/// two, and `format!` into a `String`, then copied into the header, was 7 % of a cache hit's
+/// instructions (callgrind, 2026-11-27).
+fn field(name: &str, (a, x): (&[u8], u64), (b, y): (&[u8], u64)) -> Option<HeaderValue> {
+    let mut out = Vec::with_capacity(name.len() + 32);
+    out.push(b'"');
+    out.extend_from_slice(name.as_bytes());
+    out.push(b'"');
+    let mut digits = itoa::Buffer::new();
+    for (key, n) in [(a, x), (b, y)] {
+        out.push(b';');
+        out.extend_from_slice(key);
+        out.push(b'=');
+        out.extend_from_slice(digits.format(n).as_bytes());
+    }
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(out)).ok()
 }
 
 /// A caller's quota now.
@@ -81,25 +98,12 @@ impl QuotaState {
 
     /// Adds the two header fields to `headers`.
     pub fn stamp(&self, headers: &mut HeaderMap) {
-        let mut text = String::with_capacity(48);
         let name = &self.policy.name;
-        let _ = write!(
-            text,
-            "\"{name}\";q={};w={}",
-            self.policy.burst,
-            self.policy.window_secs()
-        );
-        if let Ok(v) = HeaderValue::from_str(&text) {
+        let burst = u64::from(self.policy.burst);
+        if let Some(v) = field(name, (b"q", burst), (b"w", self.policy.window_secs())) {
             headers.insert(POLICY_HEADER, v);
         }
-        text.clear();
-        let _ = write!(
-            text,
-            "\"{name}\";r={};t={}",
-            self.remaining(),
-            self.reset_secs()
-        );
-        if let Ok(v) = HeaderValue::from_str(&text) {
+        if let Some(v) = field(name, (b"r", self.remaining()), (b"t", self.reset_secs())) {
             headers.insert(STATE_HEADER, v);
         }
     }
