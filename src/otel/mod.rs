@@ -188,62 +188,69 @@ pub fn installed() -> bool {
 /// the client's context passed on when it is not, `Off` without `[tracing]`.
 #[inline]
 pub fn start(headers: &HeaderMap, path: &'static str) -> Trace {
-    let Some(sampling) = SAMPLING.get() else {
-        return Trace::OFF;
-    };
-    let parent = TraceContextPropagator::new().extract(&Headers(headers));
-    let remote = parent.span().span_context().clone();
-    let follow = sampling.follow_client && remote.is_valid();
-    let by_ratio = || sampling.ratio >= 1.0 || rand::random::<f64>() < sampling.ratio;
-    let sampled = if !follow {
-        by_ratio()
-    } else if remote.is_sampled() {
-        // The client's flag, within what clients may force; beyond, the ratio.
-        let forced = sampling.forced.as_ref().is_some_and(|f| f.check().is_ok());
-        forced || by_ratio()
-    } else {
-        false
-    };
-    if !sampled {
-        if !follow {
-            return Trace::OFF;
+    match SAMPLING.get() {
+        None => Trace::OFF,
+        Some(sampling) => sampling.start(headers, path),
+    }
+}
+
+impl Sampling {
+    /// [`start`] once traces are installed.
+    fn start(&self, headers: &HeaderMap, path: &'static str) -> Trace {
+        let parent = TraceContextPropagator::new().extract(&Headers(headers));
+        let remote = parent.span().span_context().clone();
+        let follow = self.follow_client && remote.is_valid();
+        let by_ratio = || self.ratio >= 1.0 || rand::random::<f64>() < self.ratio;
+        let sampled = if !follow {
+            by_ratio()
+        } else if remote.is_sampled() {
+            // The client's flag, within what clients may force; beyond, the ratio.
+            let forced = self.forced.as_ref().is_some_and(|f| f.check().is_ok());
+            forced || by_ratio()
+        } else {
+            false
+        };
+        if !sampled {
+            if !follow {
+                return Trace::OFF;
+            }
+            let mut lines = Lines(Vec::new());
+            TraceContextPropagator::new().inject_context(&parent, &mut lines);
+            return Trace(Some(Box::new(Traced::Passed(lines.0.into()))));
         }
-        let mut lines = Lines(Vec::new());
-        TraceContextPropagator::new().inject_context(&parent, &mut lines);
-        return Trace(Some(Box::new(Traced::Passed(lines.0.into()))));
-    }
-    let span = tracing::trace_span!(
-        target: TARGET,
-        "request",
-        otel.name = %format_args!("POST {path}"),
-        otel.kind = "server",
-        otel.status_code = Empty,
-        http.request.method = "POST",
-        url.path = path,
-        http.response.status_code = Empty,
-        rpc.system = "jsonrpc",
-        rpc.method = Empty,
-        rpc.jsonrpc.error_code = Empty,
-        snowgate.client = Empty,
-        snowgate.request_id = Empty,
-        snowgate.cache = Empty,
-        snowgate.outcome = Empty,
-        snowgate.batch.size = Empty,
-    );
-    if follow {
-        let _ = span.set_parent(parent);
-    } else if remote.is_valid() {
-        // The client's span, without its `tracestate` (the client's own text).
-        let linked = opentelemetry::trace::SpanContext::new(
-            remote.trace_id(),
-            remote.span_id(),
-            remote.trace_flags(),
-            true,
-            Default::default(),
+        let span = tracing::trace_span!(
+            target: TARGET,
+            "request",
+            otel.name = %format_args!("POST {path}"),
+            otel.kind = "server",
+            otel.status_code = Empty,
+            http.request.method = "POST",
+            url.path = path,
+            http.response.status_code = Empty,
+            rpc.system = "jsonrpc",
+            rpc.method = Empty,
+            rpc.jsonrpc.error_code = Empty,
+            snowgate.client = Empty,
+            snowgate.request_id = Empty,
+            snowgate.cache = Empty,
+            snowgate.outcome = Empty,
+            snowgate.batch.size = Empty,
         );
-        span.add_link(linked);
+        if follow {
+            let _ = span.set_parent(parent);
+        } else if remote.is_valid() {
+            // The client's span, without its `tracestate` (the client's own text).
+            let linked = opentelemetry::trace::SpanContext::new(
+                remote.trace_id(),
+                remote.span_id(),
+                remote.trace_flags(),
+                true,
+                Default::default(),
+            );
+            span.add_link(linked);
+        }
+        Trace(Some(Box::new(Traced::On(span))))
     }
-    Trace(Some(Box::new(Traced::On(span))))
 }
 
 impl Trace {
@@ -347,7 +354,6 @@ impl Trace {
     }
 
     /// A span for the cache's lookup of the call (its result recorded by [`Child::cache_result`]).
-    #[inline]
     pub fn cache(&self) -> Child {
         Child(match self.span() {
             Some(parent) => tracing::trace_span!(
@@ -361,7 +367,6 @@ impl Trace {
     }
 
     /// A span for a round trip to Redis on the call's behalf (`op`: `quota`, `cache lookup`).
-    #[inline]
     pub fn redis(&self, op: &'static str) -> Child {
         Child(match self.span() {
             Some(parent) => tracing::trace_span!(
@@ -380,7 +385,6 @@ impl Trace {
 
     /// A span for attempt `nth` (from 1) of the call on the node named `upstream`, and the header
     /// lines that carry its context to the node.
-    #[inline]
     pub fn attempt(&self, upstream: &str, nth: usize, hedge: bool) -> Attempt {
         match self.0.as_deref() {
             None => Attempt {
