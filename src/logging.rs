@@ -43,30 +43,26 @@ pub fn init(
             .with_span_list(false)
             .boxed(),
     };
-    let registry = tracing_subscriber::registry().with(fmt.with_filter(filter));
-    let (otel, exporting) = match traces.map(crate::otel::install) {
-        Some(Ok(installed)) => (Some(installed.layer), Some(installed.exporting)),
-        Some(Err(e)) => {
-            // Logged once the subscriber is in place; the gateway serves without traces.
-            let failed = e.to_string();
-            let installed = registry.try_init().is_ok();
-            if installed {
-                let _ = FILTER.set(handle);
-            }
-            tracing::error!(error = %failed, "traces are off: the exporter cannot be set up");
-            return None;
-        }
-        None => (None, None),
+    let (otel, exporting, failed) = match traces.map(crate::otel::install) {
+        Some(Ok(installed)) => (Some(installed.layer), Some(installed.exporting), None),
+        // Logged once the subscriber is in place; the gateway serves without traces.
+        Some(Err(e)) => (None, None, Some(e)),
+        None => (None, None, None),
     };
+    let registry = tracing_subscriber::registry().with(fmt.with_filter(filter));
     if registry.with(otel).try_init().is_ok() {
         let _ = FILTER.set(handle);
-        if let Some(traces) = traces {
-            tracing::info!(
-                service = %traces.service_name,
-                sample_ratio = traces.sample_ratio,
-                "traces go to the OTLP collector"
-            );
+    }
+    match (traces, failed) {
+        (Some(_), Some(e)) => {
+            tracing::error!(error = %e, "traces are off: the exporter cannot be set up")
         }
+        (Some(traces), None) => tracing::info!(
+            service = %traces.service_name,
+            sample_ratio = traces.sample_ratio,
+            "traces go to the OTLP collector"
+        ),
+        (None, _) => {}
     }
     exporting
 }

@@ -700,8 +700,9 @@ where
     if !ran {
         cache.metrics.coalesced.inc();
     }
+    // Still here: this call did not ask (the one that did took it as a miss), it waited.
     if let Some(span) = lookup.lock().take() {
-        span.cache_result(if ran { "miss" } else { "coalesced" });
+        span.cache_result("coalesced");
     }
     if let Ok(entry) = &result {
         // Listed by the call that stored it (a waiter finds it listed already).

@@ -1,10 +1,11 @@
 //! snowgate's configuration: a TOML file (`config/snowgate.toml`), every section with defaults and
 //! `deny_unknown_fields`, then [`Config::validate`] for what serde cannot check, naming the key.
 //!
-//! A leaf of the module graph: it imports only the method registry ([`crate::methods`]), and the
-//! layers import their own section from here. [`Config`] is the file; each section lives in a
-//! file named after the layer that reads it ([`server`], [`limits`], [`upstream`] (the nodes,
-//! `[health]` and `[upstream]`), [`cache`], [`rate_limit`], [`admin`], [`methods`]), with its
+//! A leaf of the module graph: it imports only the method registry ([`crate::methods`]) and what
+//! traces are set up with ([`crate::otel::Settings`]), and the layers import their own section
+//! from here. [`Config`] is the file; each section lives in a file named after the layer that
+//! reads it ([`server`], [`limits`], [`upstream`] (the nodes, `[health]` and `[upstream]`),
+//! [`cache`], [`rate_limit`], [`admin`], [`methods`], [`traces`] (`[tracing]`)), with its
 //! own `validate` naming its own keys. `snowgate check`, `snowgate serve` and every gateway a test
 //! starts go through the one [`Config::validate`], so a file `check` accepts is one `serve` runs.
 //!

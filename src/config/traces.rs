@@ -63,7 +63,8 @@ pub enum ClientTrace {
     Link,
 }
 
-/// Most spans `max_queued_spans` may hold (each a few hundred bytes).
+/// Most spans `max_queued_spans` may hold (each a few hundred bytes, up to about 3 KB with a long
+/// client `tracestate`).
 pub const MAX_QUEUED_SPANS: usize = 1 << 20;
 
 impl TracingConfig {

@@ -4,9 +4,8 @@
 //! full the span is dropped and counted. One task on the gateway's runtime takes batches of up to
 //! [`BATCH`] spans, every [`EVERY`] or as soon as a batch (or half the queue) is waiting, and
 //! exports them one batch at a time, each within `[tracing] export_timeout`: a collector that is
-//! down or slow loses batches
-//! (counted as failed) and fills the queue (counted as dropped), and never slows an answer. What
-//! tracing holds is at most the queue and the batch in flight.
+//! down or slow loses batches (counted as failed) and fills the queue (counted as dropped), and
+//! never slows an answer. What tracing holds is at most the queue and the batch in flight.
 //!
 //! Hand-written around the SDK's exporter instead of its `BatchSpanProcessor`, which counts what it
 //! drops only for a log line at shutdown and runs its exports on a thread of its own, blocking on a

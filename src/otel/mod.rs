@@ -6,7 +6,7 @@
 //!
 //! | span | parent | attributes |
 //! |---|---|---|
-//! | the request (`platform.getHeight`, `batch`, or `POST /ext/bc/P` when refused before a method was read), kind server | the client's `traceparent`, if any | `rpc.method`, `http.response.status_code`, `snowgate.cache`, `snowgate.client` (the address or key name the limiter charges), `snowgate.outcome`, `rpc.jsonrpc.error_code`, `snowgate.batch.size`, `snowgate.request_id` |
+//! | the request (`platform.getHeight`, `batch`, or `POST /ext/bc/P` when refused before a method was read), kind server | the client's `traceparent`, if any | `rpc.method`, `http.response.status_code`, `snowgate.cache`, `snowgate.client` (the address or key label the limiter charges), `snowgate.outcome`, `rpc.jsonrpc.error_code`, `snowgate.batch.size`, `snowgate.request_id` |
 //! | each call of a batch (its method) | the request | as the request's, for the call |
 //! | `cache` | the call | `snowgate.cache`: hit, miss or coalesced |
 //! | `redis` | the call | `db.operation.name` (`quota`, `cache lookup`), `snowgate.found` |
@@ -132,7 +132,7 @@ pub fn install<S>(config: &Settings) -> Result<Installed<impl Layer<S>>, Install
 where
     S: tracing::Subscriber + for<'span> LookupSpan<'span>,
 {
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
+    let mut exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
         .with_endpoint(config.url.to_string())
@@ -146,7 +146,6 @@ where
         ))
         .build();
     // The exporter leaves for its task: it is told the resource here, not by the provider.
-    let mut exporter = exporter;
     opentelemetry_sdk::trace::SpanExporter::set_resource(&mut exporter, &resource);
     let (processor, queue) = export::queue(exporter, config);
     let provider = SdkTracerProvider::builder()
@@ -272,7 +271,8 @@ impl Trace {
         self.span().is_some()
     }
 
-    /// The request's client as the limiter sees it (an address, or `key:NAME`) and its id.
+    /// The request's client as the limiter sees it (an address, or its key's label: the key's
+    /// name, never the key) and its id.
     #[inline]
     pub fn record_request(&self, client: &dyn std::fmt::Display, request_id: &str) {
         if let Some(span) = self.span() {
