@@ -75,6 +75,11 @@ impl KeySet {
     pub fn len(&self) -> usize {
         self.digests.len()
     }
+
+    /// No keys at all: nothing presented can match, so no header need be looked at.
+    pub fn is_empty(&self) -> bool {
+        self.digests.is_empty()
+    }
 }
 
 fn digest(key: &[u8]) -> [u8; 32] {

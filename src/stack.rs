@@ -30,8 +30,10 @@
 //! | 10 | cache | hits never reach the pool; identical misses share one node call |
 //! | 11 | forward | the pool: a healthy node, its own id, its answer checked; or the health API, which the gateway answers itself |
 //!
-//! The per-call part is type-erased ([`RpcService`]): one boxed future per call, and the rate
-//! limiter boxes its own. Measured as a few percent of a hit's CPU (see the README's benchmark).
+//! The per-call part is one concrete type ([`RpcService`]): cloned for each call (`Arc`
+//! increments), nothing boxed on a hit's way; the rate limiter boxes its future only while it
+//! waits on Redis, and the forwarding service its own (a miss). Boxing the whole part cost an
+//! allocation for the clone and one for its future per call (issue 29, `benches/README.md`).
 //! Of the HTTP layers, the router boxes its future (it holds the body's room while the call runs
 //! below) and so does decode (an `async fn` over a batch); the others are concrete types.
 
@@ -44,11 +46,11 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{Request, Response};
-use tower::util::{BoxCloneSyncService, Either, Oneshot};
+use tower::util::{Either, Oneshot};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 use crate::body::Chunks;
-use crate::cache::{AnswerCache, CacheLayer};
+use crate::cache::{AnswerCache, CacheLayer, CacheService};
 use crate::call::{Answer, BestHeight, HitProbe, RpcCall};
 use crate::error::{Counted, ProxyError};
 use crate::health::HealthApi;
@@ -62,11 +64,17 @@ use crate::http::trace::TraceLayer;
 use crate::http::{ConnInfo, Surface};
 use crate::metrics::Metrics;
 use crate::policy::PolicyLayer;
-use crate::ratelimit::{Quota, RateLimitLayer};
+use crate::ratelimit::{Quota, RateLimit, RateLimitLayer};
 use crate::upstream::Pool;
 
-/// The JSON-RPC part of the stack, type-erased.
-pub type RpcService = BoxCloneSyncService<RpcCall, Answer, ProxyError>;
+/// Below the rate limit: the cache over the forwarding service, or the forwarding service alone.
+type Cached = Either<CacheService<Forward>, Forward>;
+
+/// The JSON-RPC part of the stack, as [`rpc`] composes it (`Either`: a layer config leaves out).
+/// A concrete type, not a boxed one: cloning it for a call is a few `Arc` increments (a boxed
+/// stack's clone is an allocation, and its boxed future another, per call), and a hit's future
+/// is never boxed on its way up (the cache answers it with a ready future).
+pub type RpcService = crate::policy::Policy<Either<RateLimit<Cached>, Cached>>;
 
 /// Composes the per-call layers over the pool and the health API; `cache` is `None` when
 /// disabled, and the rate limit layer is left out when `quota` has no limiter.
@@ -77,7 +85,7 @@ pub fn rpc(
     quota: &Quota,
 ) -> RpcService {
     let hits = cache.clone();
-    let service = ServiceBuilder::new()
+    ServiceBuilder::new()
         // 8. Refuse before anything costs: a refused call never reaches an upstream. Access, and
         //    how far back a height may be (`max_depth`, counted from the pool's best height).
         .layer(PolicyLayer::new(pool.clone() as Arc<dyn BestHeight>))
@@ -90,13 +98,11 @@ pub fn rpc(
         // 10. Hits are answered here and never reach the pool; misses are coalesced.
         .option_layer(cache.map(CacheLayer::new))
         // 11. A node, or the gateway itself.
-        .service(Forward { pool, health });
-    BoxCloneSyncService::new(service)
+        .service(Forward { pool, health })
 }
 
 /// The per-call stack behind an `Arc`, as the HTTP layers hold it: they clone it with every
-/// request (an increment); the type-erased stack itself is cloned once per call, when a call is
-/// made.
+/// request (an increment); the stack itself is cloned once per call, when a call is made.
 #[derive(Clone)]
 pub struct SharedRpc(Arc<RpcService>);
 

@@ -101,16 +101,18 @@ fn uuid_v7(ms: u64, seed: (u16, u64), n: u64) -> HeaderValue {
     let rand_a = (u64::from(seed.0) + carry) & 0x0fff;
     let hi = (ms & 0xffff_ffff_ffff) << 16 | 0x7000 | rand_a;
     let lo = 0x8000_0000_0000_0000 | rand_b;
-    let value = u128::from(hi) << 64 | u128::from(lo);
-    let mut out = [0u8; 36];
+    let value = (u128::from(hi) << 64 | u128::from(lo)).to_be_bytes();
+    // Two hex digits per byte, a dash before bytes 4, 6, 8 and 10 (8-4-4-4-12).
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [b'-'; 36];
     let mut at = 0;
-    for i in (0..32).rev() {
-        if matches!(at, 8 | 13 | 18 | 23) {
-            out[at] = b'-';
+    for (i, byte) in value.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
             at += 1;
         }
-        out[at] = b"0123456789abcdef"[((value >> (i * 4)) & 0xf) as usize];
-        at += 1;
+        out[at] = HEX[usize::from(byte >> 4)];
+        out[at + 1] = HEX[usize::from(byte & 0xf)];
+        at += 2;
     }
     HeaderValue::from_bytes(&out).unwrap_or(HeaderValue::from_static("-"))
 }

@@ -31,7 +31,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::{header, HeaderMap, Request};
 use tokio::sync::Semaphore;
-use tower::{Layer, Service, ServiceExt};
+use tower::{Layer, Service};
 
 use super::admin::{Admin, Endpoint};
 use super::record::{Record, RequestLog};
@@ -85,7 +85,7 @@ impl Routes {
     /// `client` (see [`super::record`]).
     fn record(&self, started: Instant, headers: &HeaderMap, client: IpAddr) -> Record {
         // The id is only written in the access line.
-        let id = headers.get(X_REQUEST_ID).filter(|_| self.log.access);
+        let id = self.log.access.then(|| headers.get(X_REQUEST_ID)).flatten();
         Record::begin(self.log.clone(), started, id.cloned(), client)
     }
 
@@ -134,10 +134,9 @@ impl Routes {
 
     /// Who is calling: admin or not, pinning, and whose quota pays.
     fn caller(&self, headers: &HeaderMap, peer: SocketAddr) -> Caller {
-        let admin = self
-            .admin
-            .keys
-            .authorizes(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()));
+        let keys = &self.admin.keys;
+        let admin =
+            keys.any() && keys.authorizes(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()));
         let pin = if admin {
             headers
                 .get(PIN_HEADER)
@@ -333,7 +332,10 @@ where
                 caller,
                 record,
             };
-            let answer = OffTheWorker::new(inner.oneshot(rpc), heavy).await;
+            // `inner` is the instance `poll_ready` readied: called as it is, without `oneshot`
+            // (which would hold the request in its own state first, one more move of it).
+            let mut inner = inner;
+            let answer = OffTheWorker::new(inner.call(rpc), heavy).await;
             drop(room);
             answer.map(|mut response| {
                 routes.quota.stamp(charged.as_ref(), response.headers_mut());
@@ -497,6 +499,7 @@ mod tests {
     use http_body_util::{BodyExt, Full};
     use std::sync::atomic::AtomicBool;
     use std::sync::Mutex;
+    use tower::ServiceExt;
 
     fn routes(limits: LimitsConfig) -> Arc<Routes> {
         let metrics = Metrics::new();

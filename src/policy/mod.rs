@@ -64,6 +64,11 @@ impl AdminKeys {
         }
     }
 
+    /// Are there admin keys at all? (Without any, no request's `Authorization` is looked at.)
+    pub fn any(&self) -> bool {
+        !self.keys.is_empty()
+    }
+
     /// Does an `Authorization` header value carry one of the keys?
     pub fn authorizes(&self, authorization: Option<&[u8]>) -> bool {
         authorization

@@ -41,7 +41,7 @@ mod quota;
 mod state;
 pub mod usage;
 
-pub use quota::{BodyCharge, Quota, RateLimitLayer};
+pub use quota::{BodyCharge, Quota, RateLimit, RateLimitLayer};
 pub use state::{Policy, QuotaState, POLICY_HEADER, STATE_HEADER};
 
 use std::future::Future;
@@ -77,6 +77,11 @@ use global::{Global, Step, Verdict};
 
 /// Quota units are tenths of a cost unit.
 const SCALE: f64 = 10.0;
+
+/// The two headers besides `Authorization` a key may come in (names made once, not parsed per
+/// lookup).
+const X_API_KEY: http::HeaderName = http::HeaderName::from_static("x-api-key");
+const RLTOKEN: http::HeaderName = http::HeaderName::from_static("rltoken");
 
 /// The local quota of `rps` cost units per second and `burst` at once, divided by `share` (1: the
 /// whole quota; `expected_instances`: an instance's share of a global one), its burst never below
@@ -203,9 +208,9 @@ pub struct Limiter {
     /// 12 hex digits of its SHA-256 ([`RateLimitConfig::key_name`]); never the key.
     key_labels: Vec<String>,
     /// The quotas as clients are told them: an address's, the overflow's, each key's.
-    ip_policy: Policy,
-    overflow_policy: Policy,
-    key_policies: Vec<Policy>,
+    ip_policy: Arc<Policy>,
+    overflow_policy: Arc<Policy>,
+    key_policies: Vec<Arc<Policy>>,
     clients: IntGauge,
     /// Global quotas, when the fleet shares them through Redis.
     global: Option<Arc<Global>>,
@@ -321,25 +326,22 @@ impl Limiter {
             limited: metrics.rate_limited.clone(),
             refusals: parking_lot::Mutex::new(std::collections::HashMap::new()),
             key_labels: (0..config.keys.len()).map(|i| config.key_name(i)).collect(),
-            ip_policy: Policy {
-                name: "address".into(),
-                requests_per_second: config.requests_per_second,
-                burst: config.burst,
-            },
-            overflow_policy: Policy {
-                name: "shared".into(),
-                requests_per_second: config.requests_per_second.saturating_mul(4),
-                burst: config.burst.saturating_mul(4),
-            },
+            ip_policy: Arc::new(Policy::new(
+                "address".into(),
+                config.requests_per_second,
+                config.burst,
+            )),
+            overflow_policy: Arc::new(Policy::new(
+                "shared".into(),
+                config.requests_per_second.saturating_mul(4),
+                config.burst.saturating_mul(4),
+            )),
             key_policies: (0..config.keys.len())
                 .map(|i| {
                     let (requests_per_second, burst) = config.key_quota(i);
-                    Policy {
-                        // Its tier's name (the plan it is on), else "key": never its own name.
-                        name: config.keys[i].tier.clone().unwrap_or_else(|| "key".into()),
-                        requests_per_second,
-                        burst,
-                    }
+                    // Its tier's name (the plan it is on), else "key": never its own name.
+                    let name = config.keys[i].tier.clone().unwrap_or_else(|| "key".into());
+                    Arc::new(Policy::new(name, requests_per_second, burst))
                 })
                 .collect(),
             clients: metrics.rate_limit_clients.clone(),
@@ -399,17 +401,8 @@ impl Limiter {
 
     /// Works out who a request comes from.
     pub fn identify(&self, peer: IpAddr, headers: &http::HeaderMap) -> ClientId {
-        let presented = [
-            headers
-                .get(http::header::AUTHORIZATION)
-                .and_then(|v| keys::bearer(v.as_bytes())),
-            headers.get("x-api-key").map(|v| v.as_bytes()),
-            headers.get("rltoken").map(|v| v.as_bytes()),
-        ];
-        for token in presented.into_iter().flatten() {
-            if let Some(i) = self.keys.position(token) {
-                return ClientId::Key(i);
-            }
+        if let Some(i) = self.presented_key(headers) {
+            return ClientId::Key(i);
         }
         ClientId::Ip(client::client_ip(
             peer,
@@ -417,6 +410,26 @@ impl Limiter {
             self.client_ip_header,
             headers,
         ))
+    }
+
+    /// The position of the key a request presents (`Authorization: Bearer`, `X-Api-Key` or
+    /// `rltoken`, in that order), if it is one of ours. With no keys configured, no header is
+    /// looked up.
+    fn presented_key(&self, headers: &http::HeaderMap) -> Option<usize> {
+        if self.keys.is_empty() {
+            return None;
+        }
+        let presented = [
+            headers
+                .get(http::header::AUTHORIZATION)
+                .and_then(|v| keys::bearer(v.as_bytes())),
+            headers.get(X_API_KEY).map(|v| v.as_bytes()),
+            headers.get(RLTOKEN).map(|v| v.as_bytes()),
+        ];
+        presented
+            .into_iter()
+            .flatten()
+            .find_map(|token| self.keys.position(token))
     }
 
     /// The quota units a call costs.
@@ -629,7 +642,7 @@ impl Limiter {
 
     fn state_of(
         &self,
-        policy: &Policy,
+        policy: &Arc<Policy>,
         bucket: Option<&Bucket>,
         client: &ClientId,
         now: u64,

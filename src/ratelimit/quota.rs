@@ -233,9 +233,11 @@ where
 {
     type Response = Answer;
     type Error = ProxyError;
+    /// Refused at once; decided here, the inner call's own future (no allocation); or, waiting
+    /// on Redis's decision first, boxed.
     type Future = Either<
         std::future::Ready<Result<Answer, ProxyError>>,
-        Pin<Box<dyn Future<Output = Result<Answer, ProxyError>> + Send>>,
+        Either<S::Future, Pin<Box<dyn Future<Output = Result<Answer, ProxyError>> + Send>>>,
     >;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ProxyError>> {
@@ -254,16 +256,16 @@ where
                     let clone = self.inner.clone();
                     let mut inner = std::mem::replace(&mut self.inner, clone);
                     let redis = call.caller.trace.redis("quota");
-                    return Either::Right(Box::pin(async move {
+                    return Either::Right(Either::Right(Box::pin(async move {
                         let decided = decision.await;
                         drop(redis);
                         decided?;
                         inner.call(call).await
-                    }));
+                    })));
                 }
             }
         }
-        Either::Right(Box::pin(self.inner.call(call)))
+        Either::Right(Either::Left(self.inner.call(call)))
     }
 }
 

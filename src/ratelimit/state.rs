@@ -9,6 +9,7 @@
 //! `r` is what the caller may spend now (whole cost units, rounded down) and `t` the seconds until
 //! the bucket is full again, or, when the caller is refused, until its `Retry-After`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -20,7 +21,8 @@ pub const POLICY_HEADER: HeaderName = HeaderName::from_static("ratelimit-policy"
 /// `RateLimit`.
 pub const STATE_HEADER: HeaderName = HeaderName::from_static("ratelimit");
 
-/// A quota as configured: its name in the headers and its numbers (cost units).
+/// A quota as configured: its name in the headers and its numbers (cost units). Made once per
+/// limiter and shared (`Arc`) by every state taken of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
     /// `"address"` (a client known by its address), `"shared"` (clients beyond `max_clients`),
@@ -28,9 +30,25 @@ pub struct Policy {
     pub name: String,
     pub requests_per_second: u32,
     pub burst: u32,
+    /// Its `RateLimit-Policy` field, the same on every answer: written once, cloned (a reference
+    /// count) onto each.
+    header: Option<HeaderValue>,
 }
 
 impl Policy {
+    /// The policy `name` of `requests_per_second` and `burst` cost units.
+    pub fn new(name: String, requests_per_second: u32, burst: u32) -> Policy {
+        let mut policy = Policy {
+            name,
+            requests_per_second,
+            burst,
+            header: None,
+        };
+        let (burst, window) = (u64::from(burst), policy.window_secs());
+        policy.header = field(&policy.name, (b"q", burst), (b"w", window));
+        policy
+    }
+
     /// The window: seconds an empty bucket takes to fill, at least 1.
     pub fn window_secs(&self) -> u64 {
         u64::from(self.burst)
@@ -60,7 +78,7 @@ fn field(name: &str, (a, x): (&[u8], u64), (b, y): (&[u8], u64)) -> Option<Heade
 /// A caller's quota now.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QuotaState {
-    pub policy: Policy,
+    pub policy: Arc<Policy>,
     /// Units (tenths of a cost unit) the caller may spend now.
     pub remaining_units: u64,
     /// The caller is refused this much longer (even its cheapest call; or the `Retry-After` of
@@ -71,7 +89,11 @@ pub struct QuotaState {
 impl QuotaState {
     /// The state of a caller who has `remaining_units` left of `policy` (`refused_for`: refused
     /// that much longer).
-    pub fn new(policy: Policy, remaining_units: u64, refused_for: Option<Duration>) -> QuotaState {
+    pub fn new(
+        policy: Arc<Policy>,
+        remaining_units: u64,
+        refused_for: Option<Duration>,
+    ) -> QuotaState {
         let burst = u64::from(policy.burst) * SCALE as u64;
         QuotaState {
             remaining_units: remaining_units.min(burst),
@@ -98,11 +120,10 @@ impl QuotaState {
 
     /// Adds the two header fields to `headers`.
     pub fn stamp(&self, headers: &mut HeaderMap) {
-        let name = &self.policy.name;
-        let burst = u64::from(self.policy.burst);
-        if let Some(v) = field(name, (b"q", burst), (b"w", self.policy.window_secs())) {
-            headers.insert(POLICY_HEADER, v);
+        if let Some(v) = &self.policy.header {
+            headers.insert(POLICY_HEADER, v.clone());
         }
+        let name = &self.policy.name;
         if let Some(v) = field(name, (b"r", self.remaining()), (b"t", self.reset_secs())) {
             headers.insert(STATE_HEADER, v);
         }
@@ -129,12 +150,8 @@ impl QuotaState {
 mod tests {
     use super::*;
 
-    fn policy() -> Policy {
-        Policy {
-            name: "address".into(),
-            requests_per_second: 20,
-            burst: 50,
-        }
+    fn policy() -> Arc<Policy> {
+        Arc::new(Policy::new("address".into(), 20, 50))
     }
 
     #[test]

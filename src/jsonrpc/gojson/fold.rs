@@ -29,9 +29,13 @@ pub(crate) fn fold_char(c: char) -> char {
 
 /// Do two keys fold to the same name? (No allocation.)
 pub(crate) fn fold_eq(a: &str, b: &str) -> bool {
+    // Equal but for ASCII case: fold-equal (other characters are then byte-equal), in one pass.
+    if a.len() == b.len() && a.eq_ignore_ascii_case(b) {
+        return true;
+    }
     if a.is_ascii() && b.is_ascii() {
         // The common case: only ASCII letters fold, and they fold as ASCII case does.
-        return a.eq_ignore_ascii_case(b);
+        return false;
     }
     a.chars().map(fold_char).eq(b.chars().map(fold_char))
 }
