@@ -5,12 +5,17 @@
 //! the per-call layers (policy, rate limit, cache, the pool) pass it down and an [`Answer`] back
 //! up; decode then writes the answer with the client's own id. Also here: the small traits by
 //! which one per-call layer asks another without importing it ([`BestHeight`], [`HitProbe`],
-//! [`Reload`]), and what a request came to ([`RequestSummary`]).
+//! [`Reload`]), what a request came to ([`RequestSummary`]), and how a layer calls the one below
+//! it without holding the call in `oneshot`'s state ([`call_now`]).
 
 use std::net::IpAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use tower::util::Oneshot;
+use tower::{Service, ServiceExt};
 
 use crate::body::Chunks;
 use crate::jsonrpc::Json;
@@ -382,6 +387,25 @@ impl RpcCall {
             },
             lookup: None,
         }
+    }
+}
+
+/// What [`call_now`] returns.
+pub type Called<S, R> =
+    futures_util::future::Either<<S as Service<R>>::Future, Pin<Box<Oneshot<S, R>>>>;
+
+/// Calls `service` with `request` at once if it is ready when asked, as every layer of the
+/// request path is (none applies back-pressure: each refuses per call instead): the caller's
+/// future then holds the service's future alone, where `oneshot` would hold the request in its
+/// own state until first polled (the request moved twice more, and the future that much larger).
+/// A service not ready at once is driven by `oneshot` as usual, boxed so that the rare case does
+/// not make every caller's future larger.
+pub fn call_now<S: Service<R>, R>(mut service: S, request: R) -> Called<S, R> {
+    match service.poll_ready(&mut Context::from_waker(
+        futures_util::task::noop_waker_ref(),
+    )) {
+        Poll::Ready(Ok(())) => futures_util::future::Either::Left(service.call(request)),
+        _ => futures_util::future::Either::Right(Box::pin(service.oneshot(request))),
     }
 }
 

@@ -46,12 +46,12 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{Request, Response};
-use tower::util::{Either, Oneshot};
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::util::Either;
+use tower::{Service, ServiceBuilder};
 
 use crate::body::Chunks;
 use crate::cache::{AnswerCache, CacheLayer, CacheService};
-use crate::call::{Answer, BestHeight, HitProbe, RpcCall};
+use crate::call::{call_now, Answer, BestHeight, Called, HitProbe, RpcCall};
 use crate::error::{Counted, ProxyError};
 use crate::health::HealthApi;
 use crate::http::compress::{Body, CompressLayer};
@@ -112,18 +112,22 @@ impl SharedRpc {
     }
 }
 
+/// A call's future: the stack's own, or (never, as the layers are built) the call waiting for a
+/// stack that was not ready at once (see [`call_now`]).
+pub type RpcFuture = Called<RpcService, RpcCall>;
+
 impl Service<RpcCall> for SharedRpc {
     type Response = Answer;
     type Error = ProxyError;
-    type Future = Oneshot<RpcService, RpcCall>;
+    type Future = RpcFuture;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ProxyError>> {
-        // Each call gets its own clone, made ready by `oneshot`.
+        // Each call gets its own clone, made ready in `call`.
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, call: RpcCall) -> Self::Future {
-        RpcService::clone(&self.0).oneshot(call)
+    fn call(&mut self, call: RpcCall) -> RpcFuture {
+        call_now(RpcService::clone(&self.0), call)
     }
 }
 

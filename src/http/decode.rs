@@ -27,7 +27,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{header, HeaderValue, StatusCode};
-use tower::{Layer, Service, ServiceExt};
+use tower::{Layer, Service};
 
 use super::rpc::RpcRequest;
 use super::{empty, json, HttpResponse};
@@ -124,8 +124,9 @@ where
     }
 
     fn call(&mut self, req: RpcRequest) -> Self::Future {
-        let this = self.clone();
-        Box::pin(async move { Ok(this.answer(req).await) })
+        // The future is `answer`'s own, boxed as it is: an `async` block around it would hold
+        // the request twice (its own capture, and `answer`'s).
+        Box::pin(self.clone().answer(req))
     }
 }
 
@@ -189,7 +190,7 @@ where
 {
     /// A JSON-RPC body: one call or a batch; its record finished (duration, access line), or, if
     /// the client goes away first (hyper drops this future), finished by its drop as a 499.
-    async fn answer(&self, req: RpcRequest) -> HttpResponse {
+    async fn answer(self, req: RpcRequest) -> Result<HttpResponse, Infallible> {
         let RpcRequest {
             family,
             path,
@@ -201,7 +202,7 @@ where
             .respond(family, path, &body, &caller, &mut record.summary)
             .await;
         record.finish(response.status());
-        response
+        Ok(response)
     }
 
     /// The answer to a body, and what it came to in `summary`.
@@ -247,82 +248,14 @@ where
         caller: &Caller,
         in_batch: bool,
     ) -> Outcome {
-        let decoded = jsonrpc::decode(raw);
-        if let Some(e) = id_too_long(&decoded) {
-            // Answered whatever else is wrong, and without the id.
-            if let Some(over) = self.charge_refused(caller, None) {
-                return over;
-            }
-            return self.refuse(e, None, caller, None);
-        }
-        let id = decoded.envelope.id.as_deref();
-        let registry = &self.shared.registry;
-        let spec = match decoded.verdict() {
-            Verdict::ParseError(msg) if in_batch => Err(ProxyError::NotARequest(msg)),
-            Verdict::ParseError(message) => Err(ProxyError::Parse {
-                message,
-                data: decoded.error_data_within(MAX_ERROR_DATA),
-            }),
-            Verdict::InvalidVersion if id.is_none() && !in_batch => {
-                // A notification with a bad version: a node answers nothing, and so do we.
-                if let Some(over) = self.charge_refused(caller, None) {
-                    return over;
-                }
-                self.count(None, "invalid_request");
-                return Outcome::silent();
-            }
-            Verdict::InvalidVersion => Err(ProxyError::InvalidVersion {
-                data: decoded.error_data_within(MAX_ERROR_DATA),
-            }),
-            Verdict::Call => match (&decoded.ambiguity, registry.get(&decoded.envelope.method)) {
-                (Some(why), _) => Err(ProxyError::Ambiguous(why.clone())),
-                // The API the gateway answers itself words a method it lacks as its node does.
-                (None, spec) if family.is_local() && !spec.is_some_and(|s| s.family == family) => {
-                    Err(no_such_method(family, &decoded.envelope.method))
-                }
-                (None, None) => Err(ProxyError::UnknownMethod {
-                    method: decoded.envelope.method.clone(),
-                }),
-                (None, Some(spec)) if spec.family != family => Err(ProxyError::WrongPath {
-                    method: decoded.envelope.method.clone(),
-                    path,
-                    expected: spec.family.canonical_path(),
-                }),
-                (None, Some(spec)) => Ok(spec.clone()),
-            },
+        // Decoded apart: nothing of the decoding is held (or moved) while the call runs.
+        let call = match self.call_of(family, path, raw, caller, in_batch) {
+            Ok(call) => call,
+            Err(answered) => return answered,
         };
-        let spec = match spec {
-            Ok(spec) => spec,
-            Err(e) => {
-                if let Some(over) = self.charge_refused(caller, id) {
-                    return over;
-                }
-                return self.refuse(e, None, caller, id);
-            }
-        };
-        caller.trace.record_method(&spec.name);
-        let call = RpcCall {
-            spec,
-            params: decoded.envelope.params,
-            id: decoded.envelope.id.map(Bytes::from),
-            caller: caller.clone(),
-            lookup: None,
-        };
-        // What a node receives is re-encoded, never longer than the client's own bytes except
-        // for invalid UTF-8 (each stray byte is the three bytes of U+FFFD, as Go reads it) and
-        // snowgate's own id: a call whose re-encoding would pass the body limit is refused here,
-        // at `refused_cost`, by the rule the pool enforces for every call it sends (batch
-        // elements included). Only a body that could triple past the limit is measured.
-        let limit = self.shared.limits.body_bytes;
-        let forwarded = !family.is_local();
-        if forwarded && raw.len().saturating_mul(3) > limit && call.upstream_len(u64::MAX) > limit {
-            let _ = self.charge_refused(caller, None);
-            let e = ProxyError::TooLargeForNode(limit);
-            return self.refuse(e, Some(&call.spec), caller, call.id.as_deref());
-        }
         let spec = call.spec.clone();
         let client_id = call.id.clone();
-        match self.inner.clone().oneshot(call).await {
+        match crate::call::call_now(self.inner.clone(), call).await {
             Ok(answer) => {
                 let outcome = match answer.kind {
                     AnswerKind::Result => "ok",
@@ -352,6 +285,92 @@ where
                 self.refuse(e, Some(&spec), caller, client_id.as_deref())
             }
         }
+    }
+
+    /// The call a body makes, or the answer it gets instead (refused, or a notification
+    /// answered by silence).
+    fn call_of(
+        &self,
+        family: Family,
+        path: &'static str,
+        raw: &[u8],
+        caller: &Caller,
+        in_batch: bool,
+    ) -> Result<RpcCall, Outcome> {
+        let decoded = jsonrpc::decode(raw);
+        if let Some(e) = id_too_long(&decoded) {
+            // Answered whatever else is wrong, and without the id.
+            if let Some(over) = self.charge_refused(caller, None) {
+                return Err(over);
+            }
+            return Err(self.refuse(e, None, caller, None));
+        }
+        let id = decoded.envelope.id.as_deref();
+        let registry = &self.shared.registry;
+        let spec = match decoded.verdict() {
+            Verdict::ParseError(msg) if in_batch => Err(ProxyError::NotARequest(msg)),
+            Verdict::ParseError(message) => Err(ProxyError::Parse {
+                message,
+                data: decoded.error_data_within(MAX_ERROR_DATA),
+            }),
+            Verdict::InvalidVersion if id.is_none() && !in_batch => {
+                // A notification with a bad version: a node answers nothing, and so do we.
+                if let Some(over) = self.charge_refused(caller, None) {
+                    return Err(over);
+                }
+                self.count(None, "invalid_request");
+                return Err(Outcome::silent());
+            }
+            Verdict::InvalidVersion => Err(ProxyError::InvalidVersion {
+                data: decoded.error_data_within(MAX_ERROR_DATA),
+            }),
+            Verdict::Call => match (&decoded.ambiguity, registry.get(&decoded.envelope.method)) {
+                (Some(why), _) => Err(ProxyError::Ambiguous(why.clone())),
+                // The API the gateway answers itself words a method it lacks as its node does.
+                (None, spec) if family.is_local() && !spec.is_some_and(|s| s.family == family) => {
+                    Err(no_such_method(family, &decoded.envelope.method))
+                }
+                (None, None) => Err(ProxyError::UnknownMethod {
+                    method: decoded.envelope.method.clone(),
+                }),
+                (None, Some(spec)) if spec.family != family => Err(ProxyError::WrongPath {
+                    method: decoded.envelope.method.clone(),
+                    path,
+                    expected: spec.family.canonical_path(),
+                }),
+                (None, Some(spec)) => Ok(spec.clone()),
+            },
+        };
+        let spec = match spec {
+            Ok(spec) => spec,
+            Err(e) => {
+                if let Some(over) = self.charge_refused(caller, id) {
+                    return Err(over);
+                }
+                return Err(self.refuse(e, None, caller, id));
+            }
+        };
+        caller.trace.record_method(&spec.name);
+        let call = RpcCall {
+            spec,
+            params: decoded.envelope.params,
+            id: decoded.envelope.id.map(Bytes::from),
+            caller: caller.clone(),
+            lookup: None,
+        };
+        // What a node receives is re-encoded, never longer than the client's own bytes except
+        // for invalid UTF-8 (each stray byte is the three bytes of U+FFFD, as Go reads it) and
+        // snowgate's own id: a call whose re-encoding would pass the body limit is refused here,
+        // at `refused_cost`, by the rule the pool enforces for every call it sends (batch
+        // elements included). Only a body that could triple past the limit is measured.
+        let limit = self.shared.limits.body_bytes;
+        let forwarded = !family.is_local();
+        if forwarded && raw.len().saturating_mul(3) > limit && call.upstream_len(u64::MAX) > limit {
+            let _ = self.charge_refused(caller, None);
+            let e = ProxyError::TooLargeForNode(limit);
+            return Err(self.refuse(e, Some(&call.spec), caller, call.id.as_deref()));
+        }
+        Ok(call)
     }
 
     /// A refusal of the whole body (too deep, a batch too long or empty): charged once, answered
@@ -431,6 +450,7 @@ mod tests {
     use crate::metrics::{Metrics, OUTCOMES};
     use http_body_util::BodyExt;
     use std::sync::Mutex;
+    use tower::ServiceExt;
 
     /// A scripted per-call stack: answers every call with its method name, recording the calls.
     #[allow(clippy::type_complexity)] // a test double: the log and the service

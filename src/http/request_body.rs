@@ -187,7 +187,10 @@ impl<'a> BodyRoom<'a> {
 async fn room(room: &Semaphore, n: u32) -> Result<tokio::sync::SemaphorePermit<'_>, BodyError> {
     match room.try_acquire_many(n) {
         Ok(permit) => Ok(permit),
-        Err(_) => room.acquire_many(n).await.map_err(|_| BodyError::Broken),
+        // Boxed: the wait is rare, and its state would make every read's future larger.
+        Err(_) => Box::pin(room.acquire_many(n))
+            .await
+            .map_err(|_| BodyError::Broken),
     }
 }
 
@@ -227,7 +230,9 @@ where
     let mut read = std::pin::pin!(read);
     match std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
         Poll::Ready(read) => read,
-        Poll::Pending => tokio::time::timeout(timeout, read)
+        // The timer boxed: only a body still arriving needs one, and held inline it would make
+        // every read's future (and the router's around it) larger.
+        Poll::Pending => Box::pin(tokio::time::timeout(timeout, read))
             .await
             .unwrap_or(Err(BodyError::Timeout)),
     }

@@ -47,6 +47,13 @@ use crate::ratelimit::{client, BodyCharge, Quota};
 /// The header an admin caller uses to pin a call to one upstream.
 pub const PIN_HEADER: &str = "x-snowgate-upstream";
 
+/// Whose body room a request takes ([`Routes::room_of`]).
+#[derive(Clone, Copy)]
+struct RoomOf {
+    address: IpAddr,
+    direct: bool,
+}
+
 /// What the router shares between connections.
 pub struct Routes {
     /// snowgate's endpoints; its admin keys and metrics serve the router too.
@@ -107,10 +114,10 @@ impl Routes {
         response
     }
 
-    /// The room for the bodies of a request from `peer` with `headers`: its connection's, its
-    /// address's (an IPv4 address or IPv6 /64; behind a trusted proxy, the client's it forwards)
-    /// and the gateway's.
-    fn body_room<'a>(&'a self, conn: &'a ConnInfo, headers: &HeaderMap) -> BodyRoom<'a> {
+    /// Whose room the bodies of a request from `conn` with `headers` take, beside its
+    /// connection's and the gateway's: its address's (an IPv4 address or IPv6 /64; behind a
+    /// trusted proxy, the client's it forwards), and whether that is the connection's own.
+    fn room_of(&self, conn: &ConnInfo, headers: &HeaderMap) -> RoomOf {
         let address = client::client_ip(
             conn.peer.ip(),
             &self.trusted_proxies,
@@ -123,11 +130,16 @@ impl Routes {
             .trusted_proxies
             .iter()
             .any(|net| net.contains(&client::canonical(conn.peer.ip())));
+        RoomOf { address, direct }
+    }
+
+    /// The room for the bodies of a request on `conn` (see [`Routes::room_of`]).
+    fn body_room<'a>(&'a self, conn: &'a ConnInfo, of: RoomOf) -> BodyRoom<'a> {
         BodyRoom::of_address(
             &conn.body_room,
             &self.address_rooms,
-            address,
-            direct,
+            of.address,
+            of.direct,
             &self.body_room,
         )
     }
@@ -293,24 +305,29 @@ where
             let refused = routes.refuse_rpc(&e, record);
             return Box::pin(std::future::ready(Ok(refused)));
         }
+        // What the headers say is read here, before the future is made: the future then holds
+        // neither the request nor its headers (it was 2 KB, moved and allocated once per request).
         let conn = self.conn.clone();
+        let (parts, body) = req.into_parts();
+        let headers = &parts.headers;
+        let mut caller = routes.caller(headers, conn.peer);
+        caller.trace = crate::otel::start(headers, path);
+        if caller.trace.is_on() {
+            let client = routes.client_name(&caller.client);
+            caller.trace.record_request(&client, caller.request_id());
+        }
+        // Finished where the answer is made; dropped unfinished, the client went away.
+        let record = routes.record(started, headers, caller.client_addr());
+        let room_of = routes.room_of(&conn, headers);
+        drop(parts);
         // The ready service goes into the future; a clone takes its place.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         Box::pin(async move {
-            let (parts, body) = req.into_parts();
-            let mut caller = routes.caller(&parts.headers, conn.peer);
-            caller.trace = crate::otel::start(&parts.headers, path);
-            if caller.trace.is_on() {
-                let client = routes.client_name(&caller.client);
-                caller.trace.record_request(&client, caller.request_id());
-            }
             // The request's span learns its status when the answer is made.
             let trace = caller.trace.clone();
-            // Finished where the answer is made; dropped unfinished, the client went away.
-            let record = routes.record(started, &parts.headers, caller.client_addr());
             // Held until the answer is made: the body's bytes live that long.
-            let mut room = routes.body_room(&conn, &parts.headers);
+            let mut room = routes.body_room(&conn, room_of);
             let read = read_rpc_body(&routes, &conn, &caller, body, &mut room);
             // Where the caller stands, said on its answer (after the answer: what it was charged).
             let charged = (!caller.admin).then(|| caller.client.clone());
@@ -432,7 +449,9 @@ where
         // send, and costs no CPU meanwhile (nothing of its body is read); the connection stays
         // counted in `max_connections_per_ip`. Half, so that the refusal still comes before the
         // wait is over: a client that asks again at once is refused again, as without the hold.
-        tokio::time::sleep((over.retry_after / 2).min(REFUSAL_HOLD)).await;
+        // Boxed: refusals are the few, and the timer inline would make every request's future
+        // larger.
+        Box::pin(tokio::time::sleep((over.retry_after / 2).min(REFUSAL_HOLD))).await;
         return Err(over.error());
     }
     let declared = body.size_hint().lower();
