@@ -73,41 +73,37 @@ fn write_canonical(out: &mut String, value: &Json, top: bool) {
             // fold-equal keys kept (Go: the last duplicate wins), then nulls and defaults dropped.
             // The sort is stable, so duplicates stay in document order and the last of a run is
             // the last sent: O(n log n) for any object, where a search per key was O(n²).
-            let mut sorted: Vec<(&str, &Json)> =
+            let mut fields: Vec<(&str, &Json)> =
                 members.iter().map(|(k, v)| (k.as_str(), v)).collect();
-            sorted.sort_by(|a, b| fold_cmp(a.0, b.0));
-            let mut fields: Vec<(&str, &Json)> = Vec::with_capacity(sorted.len());
-            for (i, &(k, v)) in sorted.iter().enumerate() {
-                let overridden = sorted.get(i + 1).is_some_and(|next| fold_eq(next.0, k));
+            fields.sort_by(|a, b| fold_cmp(a.0, b.0));
+            // Kept in place (one vector per object): a field stays unless the next one, sorted,
+            // overrides it, or it is dropped.
+            let mut kept = 0;
+            for i in 0..fields.len() {
+                let (k, v) = fields[i];
+                let overridden = fields.get(i + 1).is_some_and(|next| fold_eq(next.0, k));
                 let dropped = v.is_null() || (top && may_be_special(k) && is_default(k, v));
                 if !(overridden || dropped) {
-                    fields.push((k, v));
+                    fields[kept] = (k, v);
+                    kept += 1;
                 }
             }
+            fields.truncate(kept);
             out.push('{');
             for (i, (k, v)) in fields.iter().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }
                 if k.is_ascii() {
-                    // Folded ASCII is upper case. Without escapes, the key is written and
-                    // upper-cased in place (no copy per key); an escape's letters (`\n`,
-                    // `\u003c`) must keep their case, so such a key is upper-cased first.
-                    let start = out.len();
-                    write_go_string(out, k);
-                    if !out[start..].contains('\\') {
-                        out[start..].make_ascii_uppercase();
-                    } else {
-                        out.truncate(start);
-                        write_go_string(out, &k.to_ascii_uppercase());
-                    }
+                    // Folded ASCII is upper case.
+                    write_go_string_cased(out, k, Case::Upper);
                 } else {
                     write_go_chars(out, k.chars().map(fold_char));
                 }
                 out.push(':');
                 match (top && may_be_special(k), v) {
                     (true, Json::String(s)) if fold_eq(k, "ENCODING") => {
-                        write_go_string(out, &s.to_ascii_lowercase());
+                        write_go_string_cased(out, s, Case::Lower);
                     }
                     (true, v) if UINT_FIELDS.iter().any(|u| fold_eq(k, u)) => write_uint(out, v),
                     _ => write_canonical(out, v, false),
@@ -126,6 +122,33 @@ fn write_canonical(out: &mut String, value: &Json, top: bool) {
             out.push(']');
         }
         other => other.encode_into(out),
+    }
+}
+
+/// Which ASCII case [`write_go_string_cased`] writes.
+#[derive(Clone, Copy)]
+enum Case {
+    Upper,
+    Lower,
+}
+
+/// `s` as Go encodes it, its ASCII letters in `case`. Without escapes it is written and recased
+/// in place (no copy of `s`); an escape's letters (`\n`, `\u003c`) must keep their case, so a
+/// string with one is recased first.
+fn write_go_string_cased(out: &mut String, s: &str, case: Case) {
+    let start = out.len();
+    write_go_string(out, s);
+    if !out[start..].contains('\\') {
+        match case {
+            Case::Upper => out[start..].make_ascii_uppercase(),
+            Case::Lower => out[start..].make_ascii_lowercase(),
+        }
+        return;
+    }
+    out.truncate(start);
+    match case {
+        Case::Upper => write_go_string(out, &s.to_ascii_uppercase()),
+        Case::Lower => write_go_string(out, &s.to_ascii_lowercase()),
     }
 }
 

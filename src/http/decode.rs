@@ -249,7 +249,7 @@ where
         in_batch: bool,
     ) -> Outcome {
         // Decoded apart: nothing of the decoding is held (or moved) while the call runs.
-        let call = match self.call_of(family, path, raw, caller, in_batch) {
+        let call = match self.call_of(raw, (family, path), caller, in_batch) {
             Ok(call) => call,
             Err(answered) => return answered,
         };
@@ -291,9 +291,8 @@ where
     /// answered by silence).
     fn call_of(
         &self,
-        family: Family,
-        path: &'static str,
         raw: &[u8],
+        (family, path): (Family, &'static str),
         caller: &Caller,
         in_batch: bool,
     ) -> Result<RpcCall, Outcome> {
