@@ -535,8 +535,8 @@ where
     type Response = Answer;
     type Error = ProxyError;
     /// Bypassed calls and index hits add no boxed future of their own; the rest (moka reads,
-    /// misses) run in one. (In the default config every call is boxed anyway, above this layer:
-    /// by the type-erased per-call stack and by the rate limiter.)
+    /// misses) run in one. (Nor do the layers above: the per-call stack is one concrete type, and
+    /// the rate limiter boxes only a call waiting on Redis.)
     type Future = Either<
         Either<Bypassed<S::Future>, Ready<Result<Answer, ProxyError>>>,
         Pin<Box<dyn Future<Output = Result<Answer, ProxyError>> + Send>>,
