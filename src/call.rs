@@ -8,12 +8,14 @@
 //! [`Reload`]), what a request came to ([`RequestSummary`]), and how a layer calls the one below
 //! it without holding the call in `oneshot`'s state ([`call_now`]).
 
+use std::future::Ready;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use futures_util::future::Either;
 use tower::util::Oneshot;
 use tower::{Service, ServiceExt};
 
@@ -390,28 +392,85 @@ impl RpcCall {
     }
 }
 
-/// What [`call_now`] returns.
-pub type Called<S, R> =
-    futures_util::future::Either<<S as Service<R>>::Future, Pin<Box<Oneshot<S, R>>>>;
+/// What [`call_now`] returns: the service's own future, or the error it was not ready with, or
+/// (boxed) the call waiting in `oneshot` for a service not ready yet.
+pub type Called<S, R> = Either<
+    <S as Service<R>>::Future,
+    Either<
+        Ready<Result<<S as Service<R>>::Response, <S as Service<R>>::Error>>,
+        Pin<Box<Oneshot<S, R>>>,
+    >,
+>;
 
 /// Calls `service` with `request` at once if it is ready when asked, as every layer of the
 /// request path is (none applies back-pressure: each refuses per call instead): the caller's
 /// future then holds the service's future alone, where `oneshot` would hold the request in its
 /// own state until first polled (the request moved twice more, and the future that much larger).
-/// A service not ready at once is driven by `oneshot` as usual, boxed so that the rare case does
-/// not make every caller's future larger.
+/// A service that fails to be ready answers that error, as `oneshot` would; one not ready yet is
+/// driven by `oneshot` as usual (it asks again with the caller's waker), boxed so that the rare
+/// case does not make every caller's future larger.
 pub fn call_now<S: Service<R>, R>(mut service: S, request: R) -> Called<S, R> {
-    match service.poll_ready(&mut Context::from_waker(
-        futures_util::task::noop_waker_ref(),
-    )) {
-        Poll::Ready(Ok(())) => futures_util::future::Either::Left(service.call(request)),
-        _ => futures_util::future::Either::Right(Box::pin(service.oneshot(request))),
+    let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
+    match service.poll_ready(&mut cx) {
+        Poll::Ready(Ok(())) => Either::Left(service.call(request)),
+        Poll::Ready(Err(e)) => Either::Right(Either::Left(std::future::ready(Err(e)))),
+        Poll::Pending => Either::Right(Either::Right(Box::pin(service.oneshot(request)))),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Says not ready `pending` times (waking its caller), then fails once if `fails`, then is
+    /// ready; answers the request doubled. Counts its calls.
+    struct Slow {
+        pending: u32,
+        fails: bool,
+        calls: Arc<std::sync::atomic::AtomicU32>,
+    }
+
+    impl Service<u32> for Slow {
+        type Response = u32;
+        type Error = &'static str;
+        type Future = Ready<Result<u32, &'static str>>;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), &'static str>> {
+            if self.pending > 0 {
+                self.pending -= 1;
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            if std::mem::take(&mut self.fails) {
+                return Poll::Ready(Err("not ready"));
+            }
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, n: u32) -> Self::Future {
+            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::future::ready(Ok(n * 2))
+        }
+    }
+
+    #[tokio::test]
+    async fn call_now_answers_as_oneshot_would() {
+        let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let slow = |pending, fails| Slow {
+            pending,
+            fails,
+            calls: calls.clone(),
+        };
+        // Ready at once: called at once.
+        let now = call_now(slow(0, false), 4);
+        assert!(matches!(now, Either::Left(_)));
+        assert_eq!(now.await, Ok(8));
+        // Not ready yet: the call waits, and is made once the service is ready.
+        assert_eq!(call_now(slow(2, false), 5).await, Ok(10));
+        // Failing to be ready: that error, and no call (as `oneshot` answers).
+        assert_eq!(call_now(slow(0, true), 6).await, Err("not ready"));
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
 
     #[test]
     fn shared_chunks_say_the_same_as_one_copied_body() {
