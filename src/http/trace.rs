@@ -91,12 +91,13 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        // Always set by the request id layer above; `-` only if this layer ran without it.
+        // Always set by the request id layer above; `-` only if this layer ran without it. Looked
+        // up only for what uses it: the span when `debug` is on, the access line when it is on.
         let no_id = HeaderValue::from_static("-");
-        let id = req.headers().get(X_REQUEST_ID).unwrap_or(&no_id);
+        let id = || req.headers().get(X_REQUEST_ID).unwrap_or(&no_id);
         let span = tracing::debug_span!(
             "request",
-            id = ?id,
+            id = ?id(),
             method = ?req.method(),
             path = ?req.uri().path()
         );
@@ -108,7 +109,7 @@ where
         let recorded_below = super::rpc::is_rpc(surface, req.method(), req.uri().path());
         // Kept for the access line (the header value is reference-counted, not copied).
         let log = &self.shared.log;
-        let request_id = (log.access && !recorded_below).then(|| id.clone());
+        let request_id = (log.access && !recorded_below).then(|| id().clone());
         let started = (!recorded_below).then(Instant::now);
         // The client as its quota knows it, for the access line of a request recorded here.
         let client = match peer {
