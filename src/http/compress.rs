@@ -145,8 +145,8 @@ where
 pin_project_lite::pin_project! {
     /// A response body as it leaves the stack: the answer's chunks, or their gzip. An enum rather
     /// than a boxed trait object: no allocation for a plain answer. The gzip variant is boxed:
-    /// inline, its compressor's state made every answer 448 bytes, moved layer by layer on the
-    /// way out (a plain answer's is 56 bytes); a gzip answer allocates its compressor anyway.
+    /// inline, its compressor's state made every answer (`Response<Body>`) 448 bytes, moved
+    /// layer by layer on the way out; boxed, 152. A gzip answer allocates its compressor anyway.
     #[project = BodyProj]
     pub enum Body {
         Plain { #[pin] inner: Chunks },
