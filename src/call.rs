@@ -195,19 +195,17 @@ impl RpcCall {
         self.lookup.as_ref().and_then(|l| l.height)
     }
 
-    /// The block height the call asks about, for height-aware routing (`height` as a number or a
-    /// quoted number; `"proposed"` and anything else give `None`).
+    /// The block height a node reads from the call ([`crate::jsonrpc::args::height`]): the
+    /// height param as a number or a quoted number, and 0 when it is left out (absent, `null`,
+    /// misspelt, params `null`, `[]`, `[null]`, `[{}]` or omitted), as a node's zero-valued args
+    /// struct has it. `None` for `"proposed"`, for params a node cannot decode (its own error
+    /// answers them) and for a method without a height param. The one reading of a call's height:
+    /// the depth limit judges it, the cache keeps its answer as final, the pool routes by it.
     pub fn requested_height(&self) -> Option<u64> {
         let name = self.spec.height_param.as_deref()?;
-        let params = self.params.as_ref()?;
-        let obj = match params {
-            Json::Array(items) => items.first()?,
-            other => other,
-        };
-        match obj.field(name)? {
-            Json::Number(n) => n.parse().ok(),
-            Json::String(s) => s.parse().ok(),
-            _ => None,
+        match crate::jsonrpc::args::height(self.params.as_ref(), name) {
+            Ok(crate::jsonrpc::args::Height::At(height)) => Some(height),
+            Ok(crate::jsonrpc::args::Height::Proposed) | Err(_) => None,
         }
     }
 

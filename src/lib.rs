@@ -15,7 +15,7 @@
 //!
 //! The modules read bottom-up, and none imports one above it or beside it (`tests/layers.rs`):
 //!
-//! * leaves, the vocabulary: [`jsonrpc`], [`body`], [`methods`], `keys`, [`otel`] (a call's
+//! * leaves, the vocabulary: [`jsonrpc`], [`body`], [`duration`] (the config's durations, bounded), [`methods`], `keys`, [`otel`] (a call's
 //!   trace), [`error`], [`call`], [`config`], [`metrics`]; [`logging`] (the log subscriber, its
 //!   filter from the config, and the trace exporter);
 //! * [`shared`]: the fleet's Redis (connection, timeout, circuit breaker), under the cache and the
@@ -48,6 +48,7 @@ pub mod config;
 pub mod demo;
 #[cfg(feature = "devnode")]
 pub mod devnode;
+pub mod duration;
 pub mod error;
 pub mod gateway;
 pub mod health;

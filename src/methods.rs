@@ -161,7 +161,7 @@ pub struct MethodOverride {
     pub side_effect: Option<bool>,
     /// `timeout = "30s"`: this method's attempts may take this long instead of
     /// `upstream.request_timeout`.
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, with = "crate::duration::option")]
     pub timeout: Option<std::time::Duration>,
     /// `since = "1.14.0"`: the first node release that serves the method (`"v1.14.0"` too).
     pub since: Option<String>,

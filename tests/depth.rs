@@ -159,6 +159,65 @@ async fn a_call_too_far_behind_the_tip_is_refused_and_reaches_no_node() {
     c.gateway.shutdown().await;
 }
 
+/// A node reads a height left out as 0 (its args struct starts at zero), the deepest call there
+/// is: every way of leaving it out is refused as height 0 and reaches no node, on both methods and
+/// in every shape of params. `"proposed"` and params a node cannot read still pass.
+#[tokio::test]
+async fn a_height_left_out_is_judged_as_the_height_0_a_node_reads() {
+    let c = cluster(|_| {}).await;
+    let url = p_chain(&c);
+    // What a node answers for height 0 is the deepest validator set: the call to refuse.
+    let zero = post(&url, &call(METHOD, r#"{"height":0}"#)).await;
+    assert_too_deep(&zero, 0);
+    let envelope = |method: &str, params: Option<&str>| match params {
+        Some(p) => format!(r#"{{"jsonrpc":"2.0","method":"{method}","params":{p},"id":1}}"#),
+        None => format!(r#"{{"jsonrpc":"2.0","method":"{method}","id":1}}"#),
+    };
+    let left_out = [
+        Some("{}"),
+        Some("null"),
+        Some("[]"),
+        Some("[null]"),
+        Some("[{}]"),
+        Some(r#"{"height":null}"#),
+        Some(r#"{"heigth":1000000}"#),
+        Some(r#"{"Height":null,"subnetID":"11111111111111111111111111111111LpoYY"}"#),
+        Some(r#"[{"height ":1000000}]"#),
+        None,
+    ];
+    for params in left_out {
+        let r = post(&url, &envelope(METHOD, params)).await;
+        assert_too_deep(&r, 0);
+        // getValidatorsAt reads its height the same way.
+        let r = post(&url, &envelope("platform.getValidatorsAt", params)).await;
+        let v = r.json();
+        assert_eq!(v["error"]["code"], -32602, "{params:?}: {}", r.body);
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("height 0 is "),
+            "{params:?}: {}",
+            r.body
+        );
+    }
+    assert_eq!(calls(&c, METHOD), 0, "a height left out reached the node");
+    assert_eq!(calls(&c, "platform.getValidatorsAt"), 0);
+    // Params a node cannot decode are its own error to give (it does no work for them).
+    let r = post(&url, &call(METHOD, r#"{"height":"abc"}"#)).await;
+    assert_eq!(r.json()["error"]["code"], -32000, "{}", r.body);
+    assert_eq!(calls(&c, METHOD), 1);
+    // "proposed" still passes.
+    let r = post(
+        &url,
+        &call("platform.getValidatorsAt", r#"[{"height":"proposed"}]"#),
+    )
+    .await;
+    assert!(r.json()["result"].is_object(), "{}", r.body);
+    assert_eq!(calls(&c, "platform.getValidatorsAt"), 1);
+    c.gateway.shutdown().await;
+}
+
 #[tokio::test]
 async fn calls_too_far_back_cost_refused_cost() {
     let c = cluster(|cfg| {

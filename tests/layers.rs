@@ -11,6 +11,8 @@ const RANKS: &[(&str, u32)] = &[
     // Leaves: the vocabulary every layer speaks.
     ("jsonrpc", 0),
     ("body", 0),
+    // The config's durations: one parser, one bound.
+    ("duration", 0),
     ("methods", 1),
     ("keys", 1),
     // A call's trace: what its spans hang from (OpenTelemetry, off without `[tracing]`).

@@ -58,7 +58,13 @@ async fn serve(
     sections: &str,
     rust_log: &str,
 ) -> (Served, String) {
-    let tracing = format!("otlp_endpoint = \"{}\"\n{more}", receiver.url);
+    // Every request traced unless the test says otherwise (the shipped default samples 1 %).
+    let ratio = if more.contains("sample_ratio") {
+        ""
+    } else {
+        "sample_ratio = 1.0\n"
+    };
+    let tracing = format!("otlp_endpoint = \"{}\"\n{ratio}{more}", receiver.url);
     let text = config(a, b, &tracing) + sections;
     let served = Served::start(&text, rust_log);
     let rpc = format!("{}/ext/bc/P", served.url);
@@ -382,4 +388,96 @@ async fn clients_force_at_most_client_sampled_per_second_traces() {
         "{traced} traced in {elapsed:.1} s (at most {bound})"
     );
     assert!(traced < sent, "{traced} of {sent}");
+}
+
+/// A client over its quota is refused before its body is read: counted, never traced. A flood of
+/// refusals costs a client nothing to send and must not cost a span each (nor crowd the honest
+/// requests' spans out of the export queue), even with every request sampled.
+#[tokio::test]
+async fn a_request_refused_before_its_body_is_counted_never_traced() {
+    let receiver = Receiver::start().await;
+    let (a, b) = nodes().await;
+    let text = format!(
+        "[health]\ninterval = \"500ms\"\ntimeout = \"500ms\"\n\
+         [cache]\nhead_ttl = \"10m\"\n\
+         [admin]\napi_keys = [\"{ADMIN_KEY}\"]\n\
+         [rate_limit]\nrequests_per_second = 1\nburst = 10\n\
+         [tracing]\notlp_endpoint = \"{}\"\nsample_ratio = 1.0\n\
+         [[upstreams]]\nname = \"a\"\nurl = \"{}\"\n\
+         [[upstreams]]\nname = \"b\"\nurl = \"{}\"\nrole = \"fallback\"\n",
+        receiver.url,
+        a.url(),
+        b.url()
+    );
+    let served = Served::start(&text, "warn");
+    let rpc = format!("{}/ext/bc/P", served.url);
+    let admin = format!("Bearer {ADMIN_KEY}");
+    let admin = [("authorization", admin.as_str())];
+    // Waits for the gateway with the admin's calls, which no quota charges.
+    let start = std::time::Instant::now();
+    while post_with(&rpc, &call("platform.getHeight", "{}"), &admin)
+        .await
+        .json()["result"]
+        .is_null()
+    {
+        assert!(start.elapsed() < WAIT, "the gateway never answered");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The burst passes, then every call is refused before its body (sequential: each is known to
+    // be over quota when it arrives).
+    // Each refusal makes the client known to be over its quota until it can afford a call again:
+    // the calls sent at once after it are refused before their bodies.
+    let mut statuses = Vec::new();
+    let body = call("platform.getHeight", "{}");
+    while statuses.len() < 400 && statuses.iter().filter(|s| **s == 429).count() < 8 {
+        let status = post(&rpc, &body).await.status;
+        statuses.push(status);
+        if status == 429 {
+            let at_once = (0..6).map(|_| post(&rpc, &body));
+            let replies = futures_util::future::join_all(at_once).await;
+            statuses.extend(replies.iter().map(|r| r.status));
+        }
+    }
+    let refused = statuses.iter().filter(|s| **s == 429).count();
+    let served_ok = statuses.iter().filter(|s| **s == 200).count();
+    assert!(refused >= 8 && served_ok >= 1, "{statuses:?}");
+    // The admin's last call, of a method of its own: once its span is exported, every span that
+    // ended before it has been (the queue exports in order).
+    let marker = call("platform.getTimestamp", "{}");
+    post_with(&rpc, &marker, &admin).await;
+    let last = receiver
+        .wait_for(WAIT, |s| s.name == "platform.getTimestamp")
+        .await;
+    assert!(last.is_some(), "the marker's span was never exported");
+    let roots: Vec<Span> = receiver
+        .spans()
+        .into_iter()
+        .filter(|s| s.parent.is_empty() && s.name == "platform.getHeight")
+        .collect();
+    let traced_refusals = roots
+        .iter()
+        .filter(|s| s.attr("http.response.status_code") == Some("429"))
+        .count();
+    // A call refused by its charge, after its body, is traced as any answered call is; the ones
+    // known to be over before their bodies are not (before the fix: every refusal was traced).
+    assert!(
+        traced_refusals * 2 <= refused,
+        "{traced_refusals} of {refused} refusals traced"
+    );
+    // The client's calls that were served are traced (and the admin's waiting calls).
+    let client_roots = roots
+        .iter()
+        .filter(|s| s.attr("snowgate.client") == Some("127.0.0.1"))
+        .filter(|s| s.attr("http.response.status_code") == Some("200"))
+        .count();
+    assert!(client_roots >= served_ok, "{client_roots} < {served_ok}");
+    // Counted all the same.
+    let m = get_metrics(&served.url).await;
+    let series = "snowgate_rate_limited_total{client=\"ip\"}";
+    let counted = m
+        .lines()
+        .find_map(|l| l.strip_prefix(series))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0);
+    assert_eq!(counted, refused as f64, "{series}:\n{m}");
 }

@@ -16,20 +16,20 @@ pub struct CacheConfig {
     /// Bound on the bytes of keys and answers held (plus a fixed per-entry overhead).
     pub max_bytes: u64,
     /// Cap on head-class entries (they also end when the best height moves).
-    #[serde(with = "super::duration")]
+    #[serde(with = "crate::duration")]
     pub head_ttl: Duration,
     /// Lifetime of network-class entries.
-    #[serde(with = "super::duration")]
+    #[serde(with = "crate::duration")]
     pub network_ttl: Duration,
     /// Lifetime of volatile-class entries.
-    #[serde(with = "super::duration")]
+    #[serde(with = "crate::duration")]
     pub volatile_ttl: Duration,
     /// Immutable and head-class answers also go to the fleet's Redis (`[redis]`); unset means
     /// `true` when `[redis]` is set.
     pub shared: Option<bool>,
     /// How long Redis keeps an immutable answer (its own `maxmemory` policy bounds the tier);
     /// head-class answers keep `head_ttl` there too.
-    #[serde(with = "super::duration")]
+    #[serde(with = "crate::duration")]
     pub shared_ttl: Duration,
     /// Answers larger than this stay in each instance's memory, never in Redis.
     pub shared_max_bytes: usize,

@@ -24,13 +24,13 @@ pub struct LimitsConfig {
     /// Largest answer accepted from a node (bytes): a 502 beyond it.
     pub response_bytes: usize,
     /// Time allowed to receive a request's headers (HTTP/1.1); a trickling client is cut off.
-    #[serde(with = "super::duration")]
+    #[serde(with = "crate::duration")]
     pub header_timeout: Duration,
     /// A connection with no request for this long is closed.
-    #[serde(with = "super::duration")]
+    #[serde(with = "crate::duration")]
     pub idle_timeout: Duration,
     /// One request, all attempts on all nodes included: 504 beyond it.
-    #[serde(with = "super::duration")]
+    #[serde(with = "crate::duration")]
     pub request_deadline: Duration,
     /// Open client connections; beyond it a new connection gets 503 and is closed.
     pub max_connections: usize,
@@ -40,11 +40,11 @@ pub struct LimitsConfig {
     pub max_connections_per_ip: usize,
     /// The whole request body must arrive within this long after its headers: else 408, and the
     /// connection is closed.
-    #[serde(with = "super::duration")]
+    #[serde(with = "crate::duration")]
     pub body_timeout: Duration,
     /// An answer the client has not taken within this long (it stopped reading, or its HTTP/2
     /// window stays shut) ends its connection.
-    #[serde(with = "super::duration")]
+    #[serde(with = "crate::duration")]
     pub send_timeout: Duration,
     /// Request body bytes one connection may have buffered at once (its HTTP/2 streams together);
     /// further bytes wait for room, within `body_timeout`.

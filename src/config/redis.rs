@@ -19,7 +19,7 @@ pub struct RedisConfig {
     /// Put before every key snowgate writes, so that several fleets (or networks) share one Redis.
     pub key_prefix: String,
     /// The most one request ever waits on Redis (one command's round trip).
-    #[serde(with = "super::duration")]
+    #[serde(with = "crate::duration")]
     pub timeout: Duration,
     /// PEM file of the CA that signed Redis's certificate (`rediss://` with a private CA); without
     /// it the web's public roots are trusted.

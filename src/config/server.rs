@@ -13,10 +13,10 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// On SIGTERM/SIGINT, how long `/ext/health` answers 503 while snowgate still serves, so a
     /// load balancer stops sending before the listener closes.
-    #[serde(with = "super::duration")]
+    #[serde(with = "crate::duration")]
     pub drain_grace: Duration,
     /// Then, how long requests in flight may take to finish.
-    #[serde(with = "super::duration")]
+    #[serde(with = "crate::duration")]
     pub drain_timeout: Duration,
 }
 

@@ -18,7 +18,9 @@ pub struct TracingConfig {
     pub otlp_endpoint: Option<String>,
     /// `service.name` of every span.
     pub service_name: String,
-    /// The share of requests traced (0.0 to 1.0) when the client's own `traceparent` does not say.
+    /// The share of requests traced (0.0 to 1.0) when the client's own `traceparent` does not say:
+    /// 0.01 by default, what a public endpoint can afford (every span costs CPU and a place in the
+    /// export queue; 1.0 is for a private gateway or a debugging session).
     pub sample_ratio: f64,
     /// What a client's `traceparent` does: `"follow"` continues its trace, and its sampled flag
     /// decides whether the request is traced (OpenTelemetry's parent-based sampling); `"link"`
@@ -34,7 +36,7 @@ pub struct TracingConfig {
     /// (`snowgate_trace_spans_dropped_total`), never waited for.
     pub max_queued_spans: usize,
     /// The longest one export to the collector may take; a slower collector loses that batch.
-    #[serde(with = "super::duration")]
+    #[serde(with = "crate::duration")]
     pub export_timeout: Duration,
 }
 
@@ -43,7 +45,7 @@ impl Default for TracingConfig {
         TracingConfig {
             otlp_endpoint: None,
             service_name: "snowgate".to_string(),
-            sample_ratio: 1.0,
+            sample_ratio: 0.01,
             client_trace: ClientTrace::Follow,
             client_sampled_per_second: 100,
             max_queued_spans: 2048,

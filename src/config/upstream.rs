@@ -45,7 +45,7 @@ pub struct UpstreamConfig {
     pub weight: u32,
     /// How often it is checked instead of `[health] interval` (`None`: that interval for a
     /// primary, [`FALLBACK_INTERVAL`] for a fallback while a primary can serve).
-    #[serde(default, with = "super::duration::option")]
+    #[serde(default, with = "crate::duration::option")]
     pub health_interval: Option<Duration>,
     /// The APIs it serves: both (the default), or `["platform"]` for a provider that exposes only
     /// the P-chain (checked with `platform.getHeight` alone, never sent an `info.*` call).
@@ -583,18 +583,18 @@ const DEFAULT_CHECK_TIMEOUT: Duration = Duration::from_millis(500);
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, default)]
 struct HealthFile {
-    #[serde(with = "super::duration")]
+    #[serde(with = "crate::duration")]
     interval: Duration,
-    #[serde(with = "super::duration::option")]
+    #[serde(with = "crate::duration::option")]
     timeout: Option<Duration>,
     max_lag_blocks: u64,
     failure_threshold: u32,
     recovery_threshold: u32,
     passive_failures: u32,
-    #[serde(with = "super::duration")]
+    #[serde(with = "crate::duration")]
     max_hold_off: Duration,
     method_failures: u32,
-    #[serde(with = "super::duration")]
+    #[serde(with = "crate::duration")]
     method_cooldown: Duration,
 }
 
@@ -673,10 +673,10 @@ impl HealthConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct ForwardConfig {
     /// Time allowed to open a TCP connection to a node.
-    #[serde(with = "super::duration")]
+    #[serde(with = "crate::duration")]
     pub connect_timeout: Duration,
     /// Time allowed for one attempt on one node.
-    #[serde(with = "super::duration")]
+    #[serde(with = "crate::duration")]
     pub request_timeout: Duration,
     /// Attempts per request (the first one included).
     pub max_attempts: u32,
@@ -687,7 +687,7 @@ pub struct ForwardConfig {
     /// Hedged reads: when the first attempt of a read (not a side-effect method) has not
     /// answered after this long, a second goes to another node and the first answer wins (the
     /// other attempt is cancelled). `None`: off.
-    #[serde(with = "super::duration::option")]
+    #[serde(with = "crate::duration::option")]
     pub hedge_after: Option<Duration>,
     /// The most hedges may be, as a share of calls (a budget refilled by each call).
     pub hedge_max_ratio: f64,

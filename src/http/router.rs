@@ -311,11 +311,8 @@ where
         let (parts, body) = req.into_parts();
         let headers = &parts.headers;
         let mut caller = routes.caller(headers, conn.peer);
-        caller.trace = crate::otel::start(headers, path);
-        if caller.trace.is_on() {
-            let client = routes.client_name(&caller.client);
-            caller.trace.record_request(&client, caller.request_id());
-        }
+        // Decided once the request has passed what is checked before its body (its quota).
+        let pending = crate::otel::Pending::of(headers);
         // Finished where the answer is made; dropped unfinished, the client went away.
         let record = routes.record(started, headers, caller.client_addr());
         let room_of = routes.room_of(&conn, headers);
@@ -324,14 +321,23 @@ where
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         Box::pin(async move {
-            // The request's span learns its status when the answer is made.
-            let trace = caller.trace.clone();
             // Held until the answer is made: the body's bytes live that long.
             let mut room = routes.body_room(&conn, room_of);
-            let read = read_rpc_body(&routes, &conn, &caller, body, &mut room);
             // Where the caller stands, said on its answer (after the answer: what it was charged).
             let charged = (!caller.admin).then(|| caller.client.clone());
-            let body = match read.await {
+            let mut trace = crate::otel::Trace::OFF;
+            let read = read_rpc_body(
+                &routes,
+                &conn,
+                &caller,
+                (pending, path, &mut trace),
+                body,
+                &mut room,
+            );
+            let read = read.await;
+            // The request's span (if it got one) learns its status when the answer is made.
+            caller.trace = trace.clone();
+            let body = match read {
                 Ok(body) => body,
                 Err(e) => {
                     let mut refused = routes.refuse_rpc(&e, record);
@@ -433,13 +439,23 @@ async fn read_rpc_body<B>(
     routes: &Routes,
     conn: &ConnInfo,
     caller: &Caller,
+    (pending, path, trace): (crate::otel::Pending, &'static str, &mut crate::otel::Trace),
     body: B,
     room: &mut BodyRoom<'_>,
 ) -> Result<Bytes, ProxyError>
 where
     B: http_body::Body<Data = Bytes>,
 {
+    // The trace starts once nothing refuses the request before its body (see `otel::Pending`).
+    let start = |trace: &mut crate::otel::Trace| {
+        *trace = pending.start(path);
+        if trace.is_on() {
+            let client = routes.client_name(&caller.client);
+            trace.record_request(&client, caller.request_id());
+        }
+    };
     let Some(mut charge) = routes.quota.body(caller) else {
+        start(trace);
         let read = read_body(routes, body, room, &mut ()).await;
         return read.map_err(|e| body_error(routes, conn, caller, e));
     };
@@ -454,6 +470,7 @@ where
         Box::pin(tokio::time::sleep((over.retry_after / 2).min(REFUSAL_HOLD))).await;
         return Err(over.error());
     }
+    start(trace);
     let declared = body.size_hint().lower();
     // A declared length over the limit is the read's 413, charged nothing.
     if declared <= u64::try_from(routes.limits.body_bytes).unwrap_or(u64::MAX) {

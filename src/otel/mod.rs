@@ -18,7 +18,8 @@
 //! hold the request's span open, as tracing's registry closes a span after its children).
 //!
 //! **Propagation** (W3C trace context, the SDK's propagator): a client's `traceparent` (and its
-//! `tracestate`, up to 512 bytes) continues its trace (`client_trace = "follow"`, the default, as
+//! `tracestate`, up to 512 bytes, passed on to the nodes but never exported: it is the client's
+//! own text, and no span carries it) continues its trace (`client_trace = "follow"`, the default, as
 //! OpenTelemetry's parent-based sampling: its sampled flag decides), or starts a new one linked to
 //! it (`"link"`, for a public endpoint whose clients should not choose what is traced). Every
 //! attempt sends the node a `traceparent` naming the attempt's own span; in follow mode a request
@@ -92,8 +93,9 @@ pub struct Trace(Option<Box<Traced>>);
 
 #[derive(Debug, Clone)]
 enum Traced {
-    /// Recorded: the call's own span (the request's, or a batch element's).
-    On(Span),
+    /// Recorded: the call's own span (the request's, or a batch element's), and the client's
+    /// `tracestate` (checked by the propagator) for the nodes: never a span's, so never exported.
+    On(Span, Option<std::sync::Arc<str>>),
     /// Not recorded here: the client's `traceparent` (and `tracestate`) as header lines, passed on
     /// to the nodes unchanged.
     Passed(Box<[u8]>),
@@ -193,6 +195,39 @@ pub fn start(headers: &HeaderMap, path: &'static str) -> Trace {
     }
 }
 
+/// A request's trace not decided yet: its client's context headers, kept (only when traces are
+/// installed) until the request has passed the checks made before its body is read. A request
+/// refused there (over its quota) is counted, never traced: a flood of refusals, which costs a
+/// client nothing to send, must not cost a span each or crowd the honest ones out of the queue.
+#[derive(Debug, Default)]
+pub struct Pending(Option<Box<HeaderMap>>);
+
+impl Pending {
+    /// The context headers of a request (`traceparent`, `tracestate`), or nothing without
+    /// `[tracing]` (one atomic load).
+    #[inline]
+    pub fn of(headers: &HeaderMap) -> Pending {
+        if !installed() {
+            return Pending(None);
+        }
+        let mut kept = HeaderMap::new();
+        for name in ["traceparent", "tracestate"] {
+            if let Some(value) = headers.get(name) {
+                kept.insert(name, value.clone());
+            }
+        }
+        Pending(Some(Box::new(kept)))
+    }
+
+    /// The request's trace, decided now ([`start`]).
+    pub fn start(self, path: &'static str) -> Trace {
+        match self.0 {
+            None => Trace::OFF,
+            Some(headers) => start(&headers, path),
+        }
+    }
+}
+
 impl Sampling {
     /// [`start`] once traces are installed.
     fn start(&self, headers: &HeaderMap, path: &'static str) -> Trace {
@@ -235,8 +270,20 @@ impl Sampling {
             snowgate.outcome = Empty,
             snowgate.batch.size = Empty,
         );
+        // The client's `tracestate` is its own text: the spans never carry it (it would be exported
+        // in every span's `trace_state`); the nodes are passed it as they would be without us.
+        let mut state = None;
         if follow {
-            let _ = span.set_parent(parent);
+            let header = remote.trace_state().header();
+            state = (!header.is_empty()).then(|| header.into());
+            let own = opentelemetry::trace::SpanContext::new(
+                remote.trace_id(),
+                remote.span_id(),
+                remote.trace_flags(),
+                true,
+                Default::default(),
+            );
+            let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(own));
         } else if remote.is_valid() {
             // The client's span, without its `tracestate` (the client's own text).
             let linked = opentelemetry::trace::SpanContext::new(
@@ -248,7 +295,7 @@ impl Sampling {
             );
             span.add_link(linked);
         }
-        Trace(Some(Box::new(Traced::On(span))))
+        Trace(Some(Box::new(Traced::On(span, state))))
     }
 }
 
@@ -260,7 +307,7 @@ impl Trace {
     #[inline]
     fn span(&self) -> Option<&Span> {
         match self.0.as_deref() {
-            Some(Traced::On(span)) => Some(span),
+            Some(Traced::On(span, _)) => Some(span),
             _ => None,
         }
     }
@@ -303,8 +350,9 @@ impl Trace {
 
     /// The span of one call of a batch (its method recorded by [`Trace::record_method`]).
     pub fn batch_call(&self) -> Trace {
-        match self.span() {
-            Some(parent) => Trace(Some(Box::new(Traced::On(tracing::trace_span!(
+        match self.0.as_deref() {
+            Some(Traced::On(parent, state)) => Trace(Some(Box::new(Traced::On(
+                tracing::trace_span!(
                 target: TARGET,
                 parent: parent,
                 "call",
@@ -314,8 +362,10 @@ impl Trace {
                 rpc.jsonrpc.error_code = Empty,
                 snowgate.cache = Empty,
                 snowgate.outcome = Empty,
-            ))))),
-            None => self.clone(),
+                ),
+                state.clone(),
+            )))),
+            _ => self.clone(),
         }
     }
 
@@ -397,7 +447,7 @@ impl Trace {
                 header: Some(lines.to_vec()),
                 outcome: None,
             },
-            Some(Traced::On(parent)) => {
+            Some(Traced::On(parent, state)) => {
                 let span = tracing::trace_span!(
                     target: TARGET,
                     parent: parent,
@@ -412,6 +462,9 @@ impl Trace {
                 );
                 let mut lines = Lines(Vec::new());
                 TraceContextPropagator::new().inject_context(&span.context(), &mut lines);
+                if let Some(state) = state {
+                    lines.set("tracestate", state.to_string());
+                }
                 Attempt {
                     span,
                     header: Some(lines.0),

@@ -11,11 +11,16 @@
 //! node. Even an answer the cache holds is refused: the endpoint's promise is about heights, not
 //! about what happens to be cached.
 //!
-//! What passes, so that the rule refuses only what is certainly too deep:
+//! The height judged is the one a node reads ([`RpcCall::requested_height`]): a height left out
+//! (absent, `null`, misspelt, or params `null`, `[]`, `[null]`, `[{}]` or omitted) is height 0 to
+//! a node, whose args struct starts at zero, so it is the deepest call there is and is refused
+//! like `{"height":0}`. An attacker who has read this rule gains nothing by leaving the height out.
+//!
+//! What passes:
 //! * a height at or above the tip (above it is the node's "unfinalized height" error to give);
 //! * `"proposed"` (getValidatorsAt's height at this node's proposer VM, recent by definition);
-//! * a height param that is missing or not a height ([`RpcCall::requested_height`], the reading
-//!   the pool routes by: a number or a quoted number): the node's own error answers it;
+//! * params a node cannot decode (`{"height":"abc"}`, `-1`, `1.5`, `[5]`): the node answers its
+//!   own "couldn't unmarshal an argument" error without doing the work;
 //! * every call while the pool's best height is not known (0): no tip, no depth.
 //!
 //! An admin caller is not exempt: the limit protects the nodes' work, which an admin's call costs
@@ -36,7 +41,7 @@ pub fn beyond(height: u64, tip: u64, max_depth: u64) -> Option<u64> {
 }
 
 /// May this call reach this far back from the pool's best height? The best height is read only
-/// for a method with a `max_depth` and a call that names a height.
+/// for a method with a `max_depth` and a call a node reads a numeric height from.
 pub fn check(call: &RpcCall, best: &dyn BestHeight) -> Result<(), ProxyError> {
     let Some(max_depth) = call.spec.max_depth else {
         return Ok(());
@@ -126,16 +131,34 @@ mod tests {
             assert_eq!(refused(params, false), Some(e.clone()), "{params}");
         }
         assert_eq!(refused(r#"{"height":12}"#, true), Some(e.clone()));
-        // Passed on: within the depth, above the tip, "proposed", no height, not a height.
+        // A height left out is height 0 to a node: the deepest call, refused as such.
+        let zero = refused(r#"{"height":0}"#, false).expect("height 0 is too deep");
+        for params in [
+            "{}",
+            "null",
+            "[]",
+            "[null]",
+            "[{}]",
+            r#"{"height":null}"#,
+            r#"{"heigth":999012}"#,
+            r#"[{"Height":null}]"#,
+        ] {
+            assert_eq!(refused(params, false), Some(zero.clone()), "{params}");
+        }
+        let absent = RpcCall {
+            params: None,
+            ..RpcCall::for_test(&r, method, "{}", false)
+        };
+        assert_eq!(check(&absent, &tip), Err(zero.clone()), "params omitted");
+        // Passed on: within the depth, above the tip, "proposed", params a node cannot read.
         for params in [
             r#"{"height":999012}"#,
-            r#"{"height":"2000000"}"#,
+            r#"{"HEIGHT":"2000000"}"#,
             r#"{"height":"proposed"}"#,
-            r#"{}"#,
-            "null",
             r#"{"height":"abc"}"#,
             r#"{"height":-1}"#,
             r#"{"height":1.5}"#,
+            "[5]",
         ] {
             assert_eq!(refused(params, false), None, "{params}");
         }

@@ -1,13 +1,14 @@
 //! Method arguments decoded the way gorilla/rpc and Go's `encoding/json` decode a node's args
 //! struct: absent or null params are zero args; an object is decoded, else `[object]` is tried;
-//! keys match case-insensitively with the last duplicate winning ([`Json::field`]); unknown keys
-//! are ignored; any type mismatch in a known field is [`CallError::BadArgs`].
+//! keys match case-insensitively with the last duplicate winning and a `null` changing nothing;
+//! unknown keys are ignored (the reading is [`crate::jsonrpc::args`], which the gateway shares); any type mismatch in a known field is [`CallError::BadArgs`].
 //!
 //! Each method reads its fields through the typed getters of [`Args`] before doing any work, so a
 //! malformed known field fails the call exactly as it fails on a node.
 
 use super::codec::{parse_id, parse_node_id, Id, ShortId};
 use super::CallError;
+use crate::jsonrpc::args;
 use crate::jsonrpc::Json;
 
 /// The `encoding` argument (`formatting.Encoding`).
@@ -35,14 +36,8 @@ impl Encoding {
     }
 }
 
-/// The `height` of `getValidatorsAt`: a number or `"proposed"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HeightArg {
-    /// A numeric height.
-    At(u64),
-    /// The proposer VM height.
-    Proposed,
-}
+/// The `height` of `getValidatorsAt`: a number or `"proposed"` (the gateway's reading too).
+pub use crate::jsonrpc::args::Height as HeightArg;
 
 /// The params object of one call (or nothing).
 pub struct Args<'a> {
@@ -52,16 +47,8 @@ pub struct Args<'a> {
 impl<'a> Args<'a> {
     /// Resolves `params` to the args object per gorilla's object-then-`[object]` rule.
     pub fn new(params: Option<&'a Json>) -> Result<Args<'a>, CallError> {
-        match params {
-            None | Some(Json::Null) => Ok(Args { obj: None }),
-            Some(o @ Json::Object(_)) => Ok(Args { obj: Some(o) }),
-            Some(Json::Array(items)) => match items.first() {
-                None | Some(Json::Null) => Ok(Args { obj: None }),
-                Some(o @ Json::Object(_)) => Ok(Args { obj: Some(o) }),
-                Some(_) => Err(CallError::BadArgs),
-            },
-            Some(_) => Err(CallError::BadArgs),
-        }
+        let obj = args::object(params).map_err(|_| CallError::BadArgs)?;
+        Ok(Args { obj })
     }
 
     /// For methods without args: only checks the params shape.
@@ -70,10 +57,7 @@ impl<'a> Args<'a> {
     }
 
     fn get(&self, name: &str) -> Option<&'a Json> {
-        match self.obj?.field(name)? {
-            Json::Null => None,
-            v => Some(v),
-        }
+        args::field(self.obj, name)
     }
 
     /// A Go `string` field ("" when absent).
@@ -185,14 +169,7 @@ impl<'a> Args<'a> {
     /// The `height` of getValidatorsAt (`platformapi.Height`): number, quoted number or
     /// `"proposed"`; MaxUint64 is reserved and rejected like the node does.
     pub fn height(&self, name: &str) -> Result<HeightArg, CallError> {
-        match self.get(name) {
-            None => Ok(HeightArg::At(0)),
-            Some(Json::String(s)) if s == "proposed" => Ok(HeightArg::Proposed),
-            Some(v) => match parse_uint(v, u64::MAX - 1) {
-                Some(h) => Ok(HeightArg::At(h)),
-                None => Err(CallError::BadArgs),
-            },
-        }
+        args::height(self.obj, name).map_err(|_| CallError::BadArgs)
     }
 
     /// A nested object field with string members (`startIndex`): (`address`, `utxo`).
@@ -210,16 +187,7 @@ impl<'a> Args<'a> {
 
 /// `json.Uint64`-style parsing: a number or a quoted number, decimal digits only, `<= max`.
 fn parse_uint(v: &Json, max: u64) -> Option<u64> {
-    let text = match v {
-        Json::Number(n) => &**n,
-        Json::String(s) => s.as_str(),
-        _ => return None,
-    };
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let n: u64 = text.parse().ok()?;
-    (n <= max).then_some(n)
+    args::uint(v, max)
 }
 
 fn json_id(v: &Json) -> Result<Id, CallError> {
