@@ -311,3 +311,47 @@ async fn past_half_the_total_only_addresses_over_their_share_are_refused() {
     }
     honest.conn.abort();
 }
+
+#[tokio::test]
+async fn a_trusted_proxy_has_no_address_bound_but_past_half_the_total_its_share() {
+    // A trusted proxy reads for many clients: the address bound does not apply to it. It is one
+    // address for its share of the gateway's total: alone, half of it.
+    const TOTAL: usize = 1 << 20;
+    const ADDRESS: usize = 128 * 1024;
+    let cluster = Cluster::start(1, Duration::from_secs(60), |c| {
+        c.limits.send_timeout = Duration::from_secs(120);
+        c.limits.idle_timeout = Duration::from_secs(120);
+        c.limits.address_answer_bytes = ADDRESS;
+        c.limits.total_answer_bytes = TOTAL;
+        c.rate_limit.trusted_proxies = vec!["127.0.0.7/32".parse().unwrap()];
+    })
+    .await;
+    let url = format!("{}/ext/info", cluster.url());
+    assert_eq!(post(&url, CACHED).await.status, 200);
+    let batch = big_answer_batch(50);
+    let answer_len = post(&url, &batch).await.body.len();
+
+    let mut proxy = H2::connect_from("127.0.0.7", cluster.gateway.addr(), 1).await;
+    let mut heads = Vec::new();
+    for _ in 0..60 {
+        heads.push(proxy.post("/ext/info", &batch).await);
+    }
+    let (given, refused) = outcomes(heads).await;
+    eprintln!(
+        "a trusted proxy: {} answers held, {} refused",
+        given.len(),
+        refused.len()
+    );
+    // Far past the address bound, up to half the total (and the answer that crossed it).
+    assert!(given.len() * answer_len > 3 * ADDRESS, "{}", given.len());
+    assert!(given.len() * answer_len <= TOTAL / 2 + answer_len);
+    assert!(!refused.is_empty());
+    for message in &refused {
+        assert!(message.contains(GATEWAY_BOUND), "{message}");
+    }
+    // Another address is served meanwhile.
+    let r = post(&url, &batch).await;
+    assert_eq!(r.status, 200, "{:.300}", r.body);
+    drop(given);
+    proxy.conn.abort();
+}
