@@ -285,15 +285,18 @@ fn connection_service(
         }
         // A client at its bound of unread answers gets no more work done for it. Otherwise the
         // stack in force now: a reload reaches kept-alive connections at their next request.
+        let req = req.map(|inner| WatchedBody {
+            inner,
+            activity: activity.clone(),
+        });
         let answer = match activity.unread.refusal() {
-            Some(bound) => Err(bound),
-            None => {
-                let req = req.map(|inner| WatchedBody {
-                    inner,
-                    activity: activity.clone(),
-                });
-                Ok(stacks.load().http::<WatchedBody>(conn.clone()).oneshot(req))
+            Some(bound) => {
+                // Its body left unread: an HTTP/1.1 connection lingers on close (see
+                // `WatchedBody`), so the refusal reaches a client still sending.
+                drop(req);
+                Err(bound)
             }
+            None => Ok(stacks.load().http::<WatchedBody>(conn.clone()).oneshot(req)),
         };
         async move {
             let mut response = match answer {
