@@ -21,6 +21,34 @@ use http_body::{Frame, SizeHint};
 /// Answers larger than this are sent as shared chunks; smaller ones are copied into one buffer.
 pub const SHARE_ABOVE: usize = 16 * 1024;
 
+/// What an answer holds in memory until it is sent: all its bytes, and of them the chunks longer
+/// than [`SHARE_ABOVE`], which other answers may hold too (a cached or coalesced payload is one
+/// buffer however many answers are being sent it). Counted by the server's unread-answer bounds,
+/// which count such a chunk once however many answers hold it.
+#[derive(Debug, Default)]
+pub struct Held {
+    /// All the answer's bytes.
+    pub bytes: u64,
+    /// Its large chunks (each a reference to its buffer, not a copy; empty for most answers).
+    pub shared: Vec<Bytes>,
+}
+
+impl Held {
+    /// A body of `bytes` held by this answer alone (a compressed one's state, a small answer).
+    pub fn own(bytes: u64) -> Held {
+        Held {
+            bytes,
+            shared: Vec::new(),
+        }
+    }
+
+    /// The bytes no other answer can hold.
+    pub fn own_bytes(&self) -> u64 {
+        let shared: u64 = self.shared.iter().map(|b| b.len() as u64).sum();
+        self.bytes.saturating_sub(shared)
+    }
+}
+
 /// A response body: one buffer, or several chunks sent in order.
 #[derive(Debug, Default)]
 pub struct Chunks {
@@ -64,6 +92,23 @@ impl Chunks {
             Parts::Empty => Vec::new(),
             Parts::One(b) => vec![b],
             Parts::Many(parts) => parts.into(),
+        }
+    }
+
+    /// What the body holds until it is sent (see [`Held`]): nothing is copied, and a body without
+    /// a chunk over [`SHARE_ABOVE`] (most answers) allocates nothing.
+    pub fn held(&self) -> Held {
+        let large = |b: &&Bytes| b.len() > SHARE_ABOVE;
+        match &self.parts {
+            Parts::Empty => Held::default(),
+            Parts::One(b) => Held {
+                bytes: b.len() as u64,
+                shared: std::iter::once(b).filter(large).cloned().collect(),
+            },
+            Parts::Many(parts) => Held {
+                bytes: self.len() as u64,
+                shared: parts.iter().filter(large).cloned().collect(),
+            },
         }
     }
 
@@ -171,5 +216,26 @@ mod tests {
         let one = Chunks::from("abc");
         assert_eq!(one.collect().await.unwrap().to_bytes(), "abc");
         assert!(http_body::Body::is_end_stream(&Chunks::from("")));
+    }
+
+    #[test]
+    fn what_a_body_holds_names_its_large_chunks_only() {
+        let payload = Bytes::from(vec![b'x'; SHARE_ABOVE + 1]);
+        let body = Chunks::many([
+            Bytes::from_static(b"{\"result\":"),
+            payload.clone(),
+            Bytes::from_static(b"}\n"),
+        ]);
+        let held = body.held();
+        assert_eq!(held.bytes, body.len() as u64);
+        assert_eq!(held.shared.len(), 1);
+        assert_eq!(held.shared[0].as_ptr(), payload.as_ptr(), "the same buffer");
+        assert_eq!(held.own_bytes(), 12);
+        let small = Chunks::from("abc").held();
+        assert_eq!(
+            (small.bytes, small.shared.len(), small.own_bytes()),
+            (3, 0, 3)
+        );
+        assert_eq!(Chunks::default().held().bytes, 0);
     }
 }

@@ -81,11 +81,15 @@ pub enum ProxyError {
     /// `limits.max_connections_per_ip` from one address): answered and closed at once.
     #[error("too many open connections{}, retry later", if *per_address { " from this address" } else { "" })]
     ConnectionLimit { per_address: bool },
-    /// An answer for an HTTP/2 connection whose client address has left
-    /// `limits.address_answer_bytes` of answers unread (or all clients `total_answer_bytes`),
-    /// while this connection has one unread already.
-    #[error("too many answers not read from this address, read them and retry")]
-    AnswersUnread,
+    /// An answer for a client address that has left `limits.address_answer_bytes` of answers
+    /// unread, or (`gateway`) more than its share once all clients have left half of
+    /// `limits.total_answer_bytes` unread.
+    #[error("{}", if *gateway {
+        "too many answers not read: this address holds more than its share of the gateway's, read them and retry"
+    } else {
+        "too many answers not read from this address, read them and retry"
+    })]
+    AnswersUnread { gateway: bool },
     /// An admin endpoint without a valid admin key.
     #[error("admin key required")]
     Unauthorized,
@@ -262,7 +266,7 @@ impl ProxyError {
             | UpstreamUnavailable { .. }
             | BadUpstreamAnswer { .. }
             | ConnectionLimit { .. }
-            | AnswersUnread => -32603,
+            | AnswersUnread { .. } => -32603,
         })
     }
 
@@ -299,7 +303,7 @@ impl ProxyError {
             | UsageUnavailable
             | UpstreamsThrottled { .. }
             | ConnectionLimit { .. }
-            | AnswersUnread => StatusCode::SERVICE_UNAVAILABLE,
+            | AnswersUnread { .. } => StatusCode::SERVICE_UNAVAILABLE,
             BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             BodyTooLarge(_) | BatchTooLong { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
@@ -330,7 +334,7 @@ impl ProxyError {
             | BodyTooLarge(_)
             | BodyTimeout(_)
             | ConnectionLimit { per_address: true }
-            | AnswersUnread
+            | AnswersUnread { .. }
             | Unauthorized
             | UnknownPurgeMethod(_)
             | BadUsageQuery(_)
@@ -368,7 +372,8 @@ impl ProxyError {
             BodyTooLarge(_) => http("body_too_large"),
             BodyTimeout(_) => http("body_timeout"),
             ConnectionLimit { .. } => http("connection_limit"),
-            AnswersUnread => http("answers_unread"),
+            AnswersUnread { gateway: false } => http("answers_unread"),
+            AnswersUnread { gateway: true } => http("answers_unread_gateway"),
             Unauthorized => http("unauthorized"),
             UnknownPurgeMethod(_)
             | NoSuchUpstream(_)
@@ -466,7 +471,7 @@ impl ProxyError {
             ProxyError::BodyTimeout(_) => {
                 h.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
-            ProxyError::AnswersUnread => {
+            ProxyError::AnswersUnread { .. } => {
                 h.insert(header::RETRY_AFTER, HeaderValue::from(1));
             }
             _ => {}
@@ -519,7 +524,8 @@ mod tests {
             BodyTimeout(std::time::Duration::from_secs(10)),
             ConnectionLimit { per_address: false },
             ConnectionLimit { per_address: true },
-            AnswersUnread,
+            AnswersUnread { gateway: false },
+            AnswersUnread { gateway: true },
             Unauthorized,
             UnknownPurgeMethod("platform.nope".into()),
             NoSuchUpstream("node-z".into()),
@@ -596,7 +602,7 @@ mod tests {
                 | BodyTooLarge(_)
                 | BodyTimeout(_)
                 | ConnectionLimit { .. }
-                | AnswersUnread
+                | AnswersUnread { .. }
                 | Unauthorized
                 | UnknownPurgeMethod(_)
                 | NoSuchUpstream(_)

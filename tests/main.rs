@@ -61,6 +61,7 @@ mod shutdown;
 mod status;
 mod status_page;
 mod systemd_unit;
+mod unread_answers;
 mod upstream_http;
 mod upstream_network;
 mod upstream_roles;

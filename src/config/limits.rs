@@ -62,13 +62,16 @@ pub struct LimitsConfig {
     /// `address_body_bytes`).
     pub total_body_bytes: usize,
     /// Answer bytes one client address may leave unread at once, over all its connections
-    /// (addresses grouped as for `max_connections_per_ip`): made and handed to its connections but
-    /// not yet taken by the client (its HTTP/2 windows shut, its socket full). Past it, a further
-    /// answer for a connection that already has one unread is refused with a short 503 instead;
-    /// a connection with nothing unread always gets its answer, whatever its size.
+    /// (addresses grouped as for `max_connections_per_ip`), each answer in full: made and handed
+    /// to its connections but not yet taken by the client (its HTTP/2 windows shut, its socket
+    /// full). Past it, every further answer for the address, on any connection, is refused with a
+    /// short 503 instead; an address holding nothing always gets its answer, whatever its size.
+    /// Trusted proxies have none (see `total_answer_bytes`).
     pub address_answer_bytes: usize,
-    /// Answer bytes all clients together may leave unread at once; past it, as for
-    /// `address_answer_bytes`.
+    /// Answer bytes all clients together may leave unread at once, counted as held (a payload
+    /// shared by several answers, once). Past half of it, an address (or a trusted proxy) holding
+    /// more than its share (the other half over the addresses holding unread answers) is refused
+    /// further answers; one under its share never is.
     pub total_answer_bytes: usize,
 }
 

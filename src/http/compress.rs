@@ -168,16 +168,14 @@ impl Default for Body {
 const GZIP_STATE_BYTES: u64 = 256 * 1024;
 
 impl Body {
-    /// About how many bytes this answer holds in memory until hyper has taken it: a plain answer's
-    /// own length; a compressed one, what it may still hold at most (its uncompressed bytes, up to
-    /// [`COMPRESS_UP_TO`], and the compressor). What bounds the answers a client may leave
-    /// unread (see `crate::server`).
-    pub fn held_bytes(&self) -> u64 {
+    /// What this answer holds in memory until hyper has taken it: a plain answer, its chunks (a
+    /// shared payload named as such); a compressed one, what it may still hold at most (its
+    /// uncompressed bytes, up to [`COMPRESS_UP_TO`], and the compressor). What bounds the answers
+    /// a client may leave unread (see `crate::server`).
+    pub fn held(&self) -> crate::body::Held {
         match self {
-            Body::Plain { inner } => http_body::Body::size_hint(inner)
-                .upper()
-                .unwrap_or(COMPRESS_UP_TO),
-            Body::Gzip { .. } => COMPRESS_UP_TO + GZIP_STATE_BYTES,
+            Body::Plain { inner } => inner.held(),
+            Body::Gzip { .. } => crate::body::Held::own(COMPRESS_UP_TO + GZIP_STATE_BYTES),
         }
     }
 }

@@ -131,6 +131,7 @@ pub const HTTP_REJECTIONS: &[&str] = &[
     "bad_admin_request",
     "connection_limit",
     "answers_unread",
+    "answers_unread_gateway",
 ];
 
 /// The values of the `client` label of `snowgate_rate_limited_total`.

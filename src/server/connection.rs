@@ -1,6 +1,6 @@
 //! One connection's bookkeeping, shared by its requests, its answers and its watchdog: what is in
-//! flight, the answers not yet taken and their bytes (per connection, client address and
-//! gateway), whether it is closing; the open-connection gauges, the per-address count, and the
+//! flight, the answers not yet taken (their bytes are counted per client address and for the
+//! gateway in [`super::unread`]), whether it is closing; the open-connection gauges, the per-address count, and the
 //! watchdog task that enforces the connection's timeouts (see the parent module's doc).
 
 use std::collections::HashMap;
@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use futures_util::task::AtomicWaker;
 use ipnet::IpNet;
 use tokio::sync::watch;
+
+use super::unread::{Account, Unread};
 
 /// What a connection's watchdog needs to know, kept up to date by the connection's requests at
 /// the cost of a few relaxed atomics per request (no timer is armed per request).
@@ -45,53 +47,9 @@ pub(super) struct Activity {
     /// The `snowgate_open_connections` gauges this connection is counted in (kept here, not in
     /// the service, which is cloned per request).
     pub(super) gauges: OpenGauges,
-    /// The bytes of this connection's answers not yet taken, and of its address's and everyone's.
+    /// The answers not yet taken of this connection's address and of everyone (see
+    /// [`super::unread`]).
     pub(super) unread: Unread,
-}
-
-/// Answer bytes made and not yet taken by their clients (see [`Tracked`]): one connection's, its
-/// client address's (all its connections; none for a trusted proxy, which reads for many
-/// clients), and the gateway's. What `limits.address_answer_bytes` and
-/// `limits.total_answer_bytes` bound: a client that opens many HTTP/2 streams and never opens
-/// their windows could otherwise leave `max_connections_per_ip` × [`H2_MAX_STREAMS`] answers
-/// waiting, each until `send_timeout`.
-pub(super) struct Unread {
-    pub(super) connection: AtomicU64,
-    pub(super) address: Option<Arc<AtomicU64>>,
-    pub(super) total: Arc<AtomicU64>,
-    pub(super) address_bound: u64,
-    pub(super) total_bound: u64,
-}
-
-impl Unread {
-    pub(super) fn add(&self, bytes: u64) {
-        self.connection.fetch_add(bytes, Ordering::Relaxed);
-        if let Some(address) = &self.address {
-            address.fetch_add(bytes, Ordering::Relaxed);
-        }
-        self.total.fetch_add(bytes, Ordering::Relaxed);
-    }
-
-    pub(super) fn sub(&self, bytes: u64) {
-        self.connection.fetch_sub(bytes, Ordering::Relaxed);
-        if let Some(address) = &self.address {
-            address.fetch_sub(bytes, Ordering::Relaxed);
-        }
-        self.total.fetch_sub(bytes, Ordering::Relaxed);
-    }
-
-    /// Whether another answer for this connection must be refused: it already has one unread,
-    /// and its address (or the gateway) is at its bound. A connection with nothing unread always
-    /// gets its answer, so one answer of any size goes, and HTTP/1.1 (one answer at a time) is
-    /// never refused; what a client leaves unread past the bound is one answer per connection.
-    pub(super) fn full(&self) -> bool {
-        self.connection.load(Ordering::Relaxed) > 0
-            && (self
-                .address
-                .as_ref()
-                .is_some_and(|a| a.load(Ordering::Relaxed) >= self.address_bound)
-                || self.total.load(Ordering::Relaxed) >= self.total_bound)
-    }
 }
 
 pub(super) const OPEN: u8 = 0;
@@ -312,44 +270,47 @@ impl Drop for OpenConnection {
     }
 }
 
-/// Open connections per client address, for `max_connections_per_ip`, and the bytes of answers
-/// the address has not taken yet (see [`Unread`]).
+/// Open connections per client address, for `max_connections_per_ip`, and the address's account
+/// of unread answers (see [`super::unread`]). Trusted proxies are here too, for their account;
+/// their connections are not limited.
 pub(super) struct PerIp {
-    pub(super) open: parking_lot::Mutex<HashMap<IpAddr, (usize, Arc<AtomicU64>)>>,
+    pub(super) open: parking_lot::Mutex<HashMap<IpAddr, (usize, Arc<Account>)>>,
 }
 
 /// One connection's place in [`PerIp`], given back on drop.
 pub(super) struct IpSlot {
     pub(super) table: Arc<PerIp>,
     pub(super) ip: IpAddr,
-    /// The address's unread answer bytes.
-    pub(super) unread: Arc<AtomicU64>,
+    /// The address's unread answers.
+    pub(super) unread: Arc<Account>,
+    /// A trusted proxy: neither its connections nor its unread answers have a bound of their own.
+    pub(super) trusted: bool,
 }
 
 impl PerIp {
-    /// A place for a new connection from `peer`; `None` when its address is at the limit. Peers
-    /// that are trusted proxies need none.
+    /// A place for a new connection from `peer`; `Err` when its address is at the limit (never
+    /// for a trusted proxy).
     pub(super) fn admit(
         table: &Arc<PerIp>,
         peer: IpAddr,
         limit: usize,
         exempt: &[IpNet],
-    ) -> Result<Option<IpSlot>, ()> {
+    ) -> Result<IpSlot, ()> {
         let ip = crate::ratelimit::client::group(crate::ratelimit::client::canonical(peer));
-        if exempt.iter().any(|net| net.contains(&ip)) {
-            return Ok(None);
-        }
+        let trusted = exempt.iter().any(|net| net.contains(&ip));
         let mut open = table.open.lock();
         let (count, unread) = open.entry(ip).or_default();
-        if *count >= limit {
+        // (`limit` is at least one: a refused address has connections, so its entry stays.)
+        if *count >= limit && !trusted {
             return Err(());
         }
         *count += 1;
-        Ok(Some(IpSlot {
+        Ok(IpSlot {
             table: table.clone(),
             ip,
             unread: unread.clone(),
-        }))
+            trusted,
+        })
     }
 }
 

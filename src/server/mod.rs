@@ -18,9 +18,12 @@
 //!   close began, whatever its client does (an HTTP/2 client that never acknowledges the PING
 //!   sent with the GOAWAY would otherwise hold the close for ever);
 //! * `address_answer_bytes`, `total_answer_bytes`: answers made and not yet taken (see [`Tracked`])
-//!   are counted per connection, client address and gateway; past a bound, a further answer for a
-//!   connection that already has one unread is a short 503 (see `Unread`), so a client that opens
-//!   many streams and never reads cannot make snowgate hold their answers until `send_timeout`;
+//!   are counted per client address (every answer in full) and for the gateway (what is really
+//!   held: a cached payload shared by many answers once); an address past its bound, or past its
+//!   share once the gateway holds half its bound, gets a short 503 naming the bound instead of a
+//!   further answer (see the `unread` module), so a client that opens many streams or connections
+//!   and never reads cannot make snowgate hold their answers until `send_timeout`, nor crowd out
+//!   the others;
 //! * `max_connections_per_ip`: past it, a new connection from that address (an IPv4 address or an
 //!   IPv6 /64) is answered 503 and closed; trusted proxies are exempt;
 //! * HTTP/2: at most [`H2_MAX_STREAMS`] concurrent streams, windows of [`H2_STREAM_WINDOW`] per
@@ -38,7 +41,7 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,9 +57,11 @@ use tokio::sync::{watch, Semaphore};
 use tower::{Service, ServiceExt};
 
 mod connection;
+mod unread;
 mod watched;
 
 use connection::*;
+use unread::{Bound, Ledger, Unread};
 use watched::*;
 pub use watched::{Tracked, WatchedBody};
 
@@ -100,14 +105,10 @@ pub async fn run(
     });
     // The metrics live as long as the gateway, whatever reloads swap: resolved once here.
     let gauges = OpenGauges::new(stacks.load().metrics());
-    // Answer bytes not yet taken by any client.
-    let unread_total = Arc::new(AtomicU64::new(0));
-    // Answers refused for it, counted once resolved (the metrics outlive every reload).
-    let unread_refused = stacks
-        .load()
-        .metrics()
-        .http_rejections
-        .with_label_values(&["answers_unread"]);
+    // Answers not yet taken by any client.
+    let ledger = Arc::new(Ledger::default());
+    // Answers refused for it, by bound, counted once resolved (the metrics outlive every reload).
+    let unread_refused = UnreadRefused::new(stacks.load().metrics());
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -177,10 +178,13 @@ pub async fn run(
         };
         let _ = stream.set_nodelay(true);
         let unread = Unread {
-            connection: AtomicU64::new(0),
-            address: ip_slot.as_ref().map(|slot| slot.unread.clone()),
-            total: unread_total.clone(),
-            address_bound: limits.address_answer_bytes as u64,
+            address: ip_slot.unread.clone(),
+            ledger: ledger.clone(),
+            address_bound: if ip_slot.trusted {
+                u64::MAX
+            } else {
+                limits.address_answer_bytes as u64
+            },
             total_bound: limits.total_answer_bytes as u64,
         };
         let activity = Arc::new(Activity::new(gauges.clone(), unread));
@@ -264,7 +268,7 @@ fn connection_service(
     stacks: Arc<ArcSwap<Stack>>,
     conn: Arc<ConnInfo>,
     activity: Arc<Activity>,
-    unread_refused: prometheus::IntCounter,
+    unread_refused: UnreadRefused,
 ) -> impl Service<Request<Incoming>, Response = Response<Body>, Error = Infallible, Future = impl Send>
        + Clone
        + Send
@@ -281,23 +285,32 @@ fn connection_service(
         }
         // A client at its bound of unread answers gets no more work done for it. Otherwise the
         // stack in force now: a reload reaches kept-alive connections at their next request.
-        let answer = (!activity.unread.full()).then(|| {
-            let req = req.map(|inner| WatchedBody {
-                inner,
-                activity: activity.clone(),
-            });
-            stacks.load().http::<WatchedBody>(conn.clone()).oneshot(req)
+        let req = req.map(|inner| WatchedBody {
+            inner,
+            activity: activity.clone(),
         });
+        let answer = match activity.unread.refusal() {
+            Some(bound) => {
+                // Its body left unread: an HTTP/1.1 connection lingers on close (see
+                // `WatchedBody`), so the refusal reaches a client still sending.
+                drop(req);
+                Err(bound)
+            }
+            None => Ok(stacks.load().http::<WatchedBody>(conn.clone()).oneshot(req)),
+        };
         async move {
             let mut response = match answer {
                 // Answers made together may pass the bound before any is counted: made, but not
-                // kept.
-                Some(answer) => match answer.await {
-                    Ok(_) if activity.unread.full() => unread_refusal(&unread_refused),
-                    Ok(response) => response,
+                // kept. (From the check to the count below nothing awaits: what passes the bound
+                // at one moment is one answer per runtime worker.)
+                Ok(answer) => match answer.await {
+                    Ok(response) => match activity.unread.refusal() {
+                        Some(bound) => unread_refused.answer(bound),
+                        None => response,
+                    },
                     Err(never) => match never {},
                 },
-                None => unread_refusal(&unread_refused),
+                Err(bound) => unread_refused.answer(bound),
             };
             drop(in_flight);
             if response
@@ -314,35 +327,69 @@ fn connection_service(
                 activity.close();
             }
             Ok::<_, Infallible>(response.map(|body| {
-                let bytes = body.held_bytes();
-                Tracked::new(body, activity, http2, bytes)
+                let held = body.held();
+                Tracked::new(body, activity, http2, held)
             }))
         }
     })
 }
 
-/// The answer in place of one a client at its bound of unread answers would get (a 503, counted
-/// in `snowgate_http_rejections_total{reason="answers_unread"}`).
-fn unread_refusal(refused: &prometheus::IntCounter) -> Response<crate::http::compress::Body> {
-    let refusal = ProxyError::AnswersUnread;
-    refused.inc();
-    tracing::debug!("answer refused: its client leaves too many answers unread");
-    refusal.response(None).map(Into::into)
+/// The counters of answers refused for unread answers, by bound
+/// (`snowgate_http_rejections_total{reason="answers_unread"}` for an address's own bound,
+/// `reason="answers_unread_gateway"` for its share of the gateway's), resolved once.
+#[derive(Clone)]
+struct UnreadRefused {
+    address: prometheus::IntCounter,
+    gateway: prometheus::IntCounter,
+}
+
+impl UnreadRefused {
+    fn new(metrics: &crate::metrics::Metrics) -> UnreadRefused {
+        let counter = |gateway| {
+            let (_, reason) = ProxyError::AnswersUnread { gateway }.counted();
+            metrics.http_rejections.with_label_values(&[reason])
+        };
+        UnreadRefused {
+            address: counter(false),
+            gateway: counter(true),
+        }
+    }
+
+    /// The answer in place of one a client past a bound of unread answers would get (a 503 that
+    /// names the bound), counted.
+    fn answer(&self, bound: Bound) -> Response<crate::http::compress::Body> {
+        let gateway = bound == Bound::Gateway;
+        if gateway {
+            self.gateway.inc();
+            tracing::debug!(
+                bound = "gateway",
+                "answer refused: its address holds more than its share of the answers left unread"
+            );
+        } else {
+            self.address.inc();
+            tracing::debug!(
+                bound = "address",
+                "answer refused: its address leaves too many answers unread"
+            );
+        }
+        ProxyError::AnswersUnread { gateway }
+            .response(None)
+            .map(Into::into)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::body::Held;
     use bytes::Bytes;
     use http_body::Body as _;
     use http_body_util::BodyExt;
-    use std::sync::atomic::AtomicU64;
 
     fn activity() -> Arc<Activity> {
         let unread = Unread {
-            connection: AtomicU64::new(0),
-            address: None,
-            total: Arc::new(AtomicU64::new(0)),
+            address: Arc::default(),
+            ledger: Arc::default(),
             address_bound: u64::MAX,
             total_bound: u64::MAX,
         };
@@ -378,7 +425,7 @@ mod tests {
             Bytes::from_static(b"{\"a\":"),
             Bytes::from_static(b"1}\n"),
         ]);
-        let mut body = Tracked::new(chunks, a.clone(), true, 3);
+        let mut body = Tracked::new(chunks, a.clone(), true, Held::own(3));
         assert_eq!(body.size_hint().exact(), Some(8));
         let got = frames(&mut body).await;
         let expected = [(&b"{\"a\":"[..], false), (b"1}", false), (b"\n", true)];
@@ -396,7 +443,12 @@ mod tests {
             Ok::<_, Infallible>(http_body::Frame::data(Bytes::from_static(b"ab"))),
             Ok(http_body::Frame::data(Bytes::from_static(b"cd"))),
         ]);
-        let mut body = Tracked::new(http_body_util::StreamBody::new(stream), a.clone(), true, 3);
+        let mut body = Tracked::new(
+            http_body_util::StreamBody::new(stream),
+            a.clone(),
+            true,
+            Held::own(3),
+        );
         let got: Vec<_> = frames(&mut body).await;
         let got: Vec<_> = got.iter().map(|(d, end)| (&d[..], *end)).collect();
         assert_eq!(got, [(&b"ab"[..], false), (b"c", false), (b"d", true)]);
@@ -439,7 +491,12 @@ mod tests {
     #[tokio::test]
     async fn over_http1_an_answer_goes_as_it_is() {
         let a = activity();
-        let mut body = Tracked::new(crate::body::Chunks::from("abc"), a.clone(), false, 3);
+        let mut body = Tracked::new(
+            crate::body::Chunks::from("abc"),
+            a.clone(),
+            false,
+            Held::own(3),
+        );
         let got = frames(&mut body).await;
         assert_eq!(got, [(Bytes::from_static(b"abc"), true)]);
         assert!(

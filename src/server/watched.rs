@@ -16,6 +16,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::connection::*;
+use crate::body::Held;
 
 /// The client's socket, noting when it stops taking what is written (for `send_timeout`).
 ///
@@ -185,9 +186,9 @@ impl http_body::Body for WatchedBody {
 /// the cost is one more poll and one more DATA frame (ten bytes) per answer.
 pub struct Tracked<B: http_body::Body> {
     pub(super) inner: B,
-    /// The connection, this answer's sequence number there and the bytes it holds (counted in
-    /// [`Unread`]), until it is taken.
-    pub(super) activity: Option<(Arc<Activity>, u64, u64)>,
+    /// The connection, this answer's sequence number there and what it holds (counted in
+    /// [`super::unread::Unread`]), until it is taken.
+    pub(super) activity: Option<(Arc<Activity>, u64, Held)>,
     /// Over HTTP/2: hold back the last byte (see above).
     pub(super) hold_last: bool,
     /// A frame read from `inner` ahead of time, to learn whether the one before it was the last.
@@ -199,12 +200,12 @@ pub struct Tracked<B: http_body::Body> {
 }
 
 impl<B: http_body::Body> Tracked<B> {
-    pub(super) fn new(inner: B, activity: Arc<Activity>, http2: bool, bytes: u64) -> Tracked<B> {
+    pub(super) fn new(inner: B, activity: Arc<Activity>, http2: bool, held: Held) -> Tracked<B> {
         let seq = activity.answers.lock().begin(activity.now_ms());
-        activity.unread.add(bytes);
+        activity.unread.add(&held);
         Tracked {
             inner,
-            activity: Some((activity, seq, bytes)),
+            activity: Some((activity, seq, held)),
             hold_last: http2,
             ahead: None,
             last: None,
@@ -213,9 +214,9 @@ impl<B: http_body::Body> Tracked<B> {
     }
 
     pub(super) fn done(&mut self) {
-        if let Some((a, seq, bytes)) = self.activity.take() {
+        if let Some((a, seq, held)) = self.activity.take() {
             a.answers.lock().end(seq);
-            a.unread.sub(bytes);
+            a.unread.sub(&held);
         }
     }
 
