@@ -68,3 +68,4 @@ mod upstream_tls;
 mod upstream_versions;
 mod usage;
 mod verify;
+mod verify_shared;

@@ -9,7 +9,7 @@ use tower::{Service, ServiceExt};
 use tracing::Instrument;
 
 use super::{shares, AnswerCache, Entry, Fingerprint};
-use crate::call::{Answer, AnswerKind, Lookup, RpcCall};
+use crate::call::{Answer, AnswerKind, Kept, Lookup, RpcCall};
 use crate::error::ProxyError;
 
 /// The most secondings (a second node asked before an answer is kept) in flight at once.
@@ -82,7 +82,8 @@ pub(super) fn second<S>(
             return;
         }
         if let Some(tier) = cache.shared.as_ref().filter(|_| shares(class)) {
-            tier.store(&key, &first.payload, ttl.unwrap_or(tier.immutable_ttl));
+            let ttl = ttl.unwrap_or(tier.immutable_ttl);
+            tier.store(&key, &first.payload, Kept::Seconded, ttl);
         }
         let entry = Entry::new(&key, first.kind, &first.payload, ttl);
         let stored = cache.store.entry(fingerprint).or_insert(entry).await;
