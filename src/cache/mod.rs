@@ -21,7 +21,9 @@
 //! seconded ([`Trust::Unseconded`]). Such an answer is the client's at once but not kept: the
 //! cache asks another node the same call in the background (`second`, one at a time per key)
 //! and keeps the answer, in memory and in Redis, only when both returned the same bytes. Neither
-//! runs on a hit: a hit was checked when it was kept.
+//! runs on a memory hit: it was checked when it was kept. A Redis hit is another instance's word:
+//! it is held against its call again, and against the level it was kept at (see [`shared`]),
+//! before it is served or copied into memory.
 //!
 //! Memory is bounded in bytes: a weigher charges each entry its key, its answer and a fixed
 //! overhead against `[cache] max_bytes`.
