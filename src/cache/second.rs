@@ -16,11 +16,11 @@ use crate::error::ProxyError;
 pub const MAX_SECONDINGS: usize = 64;
 
 /// Asks another node than the one that gave `first` the same `call`, in a task of its own, and
-/// keeps `first` under `key` (in memory, and in the fleet's Redis, as seconded, for a class it shares) only when
-/// that node returns the same bytes: one node's word that `[cache] verify` wants seconded. Nothing
-/// is kept when the second answers otherwise (which node is right cannot be told: both are
-/// logged), fails, or there is no other node. One seconding at a time per key: a miss meanwhile
-/// is answered by a node and not kept; and at most [`MAX_SECONDINGS`] at once in all, so that a
+/// keeps `first` under `key` (in memory, and in the fleet's Redis, as seconded, for a class it
+/// shares) only when that node returns the same bytes: one node's word that `[cache] verify` wants
+/// seconded. Nothing is kept when the second answers otherwise (which node is right cannot be
+/// told: both are logged), fails, or there is no other node. One seconding at a time per key: a
+/// miss meanwhile is answered by a node and not kept; and at most [`MAX_SECONDINGS`] at once in all, so that a
 /// client sending many distinct misses cannot make the gateway hold as many background calls (a
 /// miss beyond is answered and not kept).
 pub(super) fn second<S>(

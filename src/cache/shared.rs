@@ -50,7 +50,8 @@
 //! at 1.
 //!
 //! Format: `[VERSION][kind][level][full key length, u32 big-endian][full key][digest][answer]`
-//! (the level as [`Kept::byte`]); a value of the previous version is a miss. The Redis key is `{key_prefix}{network ID}:c:{first 32 hex digits of SHA-256 of the canonical key}`.
+//! (the level as [`Kept::byte`]); a value of the previous version is a miss. The Redis key is
+//! `{key_prefix}{network ID}:c:{first 32 hex digits of SHA-256 of the canonical key}`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
