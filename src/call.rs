@@ -288,16 +288,69 @@ impl CacheStatus {
 
 /// How far the pool vouches for an immutable answer (`[cache] verify`), read by the cache before
 /// it keeps one: the pool has checked it and returns no answer that contradicts the call, but an
-/// answer with nothing to check is one node's word, which the setting may want seconded.
+/// answer with nothing to check, or that leaves out what the check reads, is one node's word,
+/// which the setting may want seconded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Trust {
-    /// Kept by the cache's own rules: checked against the call, one node's word the setting
-    /// accepts, or not an answer the pool judges (not immutable, `verify = "off"`, the cache's).
+    /// Not judged by the pool: not an immutable result, `verify = "off"`, or not a node's answer
+    /// (the cache's, the gateway's own). Kept by the cache's own rules.
     #[default]
     Vouched,
+    /// Held against its call and not contradicted, and one node's word the setting accepts
+    /// (proved, or a primary's under `hash`): kept at once.
+    Checked,
     /// One node's word the setting wants seconded: the client gets it, and the cache keeps it
     /// only once another node returns the same bytes.
     Unseconded,
+}
+
+impl Trust {
+    /// The level an answer kept at once (not seconded) is stored under in the fleet's Redis.
+    pub fn kept(self) -> Kept {
+        match self {
+            Trust::Vouched => Kept::Unjudged,
+            Trust::Checked => Kept::Word,
+            // Kept only through a seconding, which stores it as such.
+            Trust::Unseconded => Kept::Seconded,
+        }
+    }
+}
+
+/// How far the instance that kept an answer in the fleet's Redis believed it: stored with the
+/// value, so that an instance never serves what another kept on less than its own setting
+/// requires. Ordered: each level says more than the one before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kept {
+    /// Not held against its call: kept under `verify = "off"`, or an answer the pool does not
+    /// judge (not immutable).
+    Unjudged,
+    /// Held against its call and not contradicted (proved, consistent, or nothing checkable),
+    /// kept on the word of one node the setting believes alone (a primary under `hash`).
+    Word,
+    /// Also returned, byte for byte, by a second node (a seconding: `quorum`, a fallback's or an
+    /// unreadable answer under `hash`).
+    Seconded,
+}
+
+impl Kept {
+    /// The byte stored in a value.
+    pub fn byte(self) -> u8 {
+        match self {
+            Kept::Unjudged => 0,
+            Kept::Word => 1,
+            Kept::Seconded => 2,
+        }
+    }
+
+    /// The level a stored byte names; `None` for any other byte (a foreign value).
+    pub fn from_byte(b: u8) -> Option<Kept> {
+        match b {
+            0 => Some(Kept::Unjudged),
+            1 => Some(Kept::Word),
+            2 => Some(Kept::Seconded),
+            _ => None,
+        }
+    }
 }
 
 /// A node's answer: the raw `result` value or `error` object, exactly as the node wrote it.

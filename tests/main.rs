@@ -69,3 +69,4 @@ mod upstream_tls;
 mod upstream_versions;
 mod usage;
 mod verify;
+mod verify_shared;

@@ -335,3 +335,280 @@ async fn the_fleets_redis_gets_only_the_true_answer_and_a_second_instance_serves
     }
     fleet.shutdown().await;
 }
+
+/// How a liar that knows the check dodges it: its wrong answer leaves out what the check reads,
+/// or is of a codec version or block type the check does not know.
+#[derive(Debug, Clone, Copy)]
+enum Dodge {
+    /// A json block or tx without its `id`.
+    NoId,
+    /// A json block without its `height`.
+    NoHeight,
+    /// A block in hex of codec version 1.
+    CodecVersion,
+    /// A block in hex of type 99.
+    BlockType,
+}
+
+/// One call the dodging liar answers: its method and params, the true answer's body (from an
+/// honest node) and the lie's `result`.
+struct Dodged {
+    dodge: Dodge,
+    method: &'static str,
+    params: String,
+    truth: String,
+    lie: String,
+}
+
+/// `0x` + hex of `bytes` + their checksum (the last 4 bytes of their SHA-256), as a node writes
+/// a block in `hex`.
+fn hex_with_checksum(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    let sum = sha2::Sha256::digest(bytes);
+    let mut out = String::from("0x");
+    for b in bytes.iter().chain(&sum[28..]) {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+/// The bytes of a block in `hex` (`0x…`, checksum cut).
+fn hex_block_bytes(text: &str) -> Vec<u8> {
+    let digits = text.strip_prefix("0x").unwrap();
+    let bytes: Vec<u8> = (0..digits.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&digits[i..i + 2], 16).unwrap())
+        .collect();
+    bytes[..bytes.len() - 4].to_vec()
+}
+
+/// The dodges, each on a call of its own: the lie is the honest answer of the next block (or its
+/// first tx) with what the check reads taken out or made unknown.
+async fn dodged_calls(honest: &DevNode) -> Vec<Dodged> {
+    let result = |r: Reply| r.json()["result"].clone();
+    let by_height = |h: u64, enc: &str| format!(r#"{{"height":{h},"encoding":"{enc}"}}"#);
+    let mut out = Vec::new();
+    // getBlock and getTx in json, without `id`.
+    let (block, tx) = ids_at(honest, 900).await;
+    let next = result(direct(honest, "platform.getBlockByHeight", &by_height(901, "json")).await);
+    let mut lie = next.clone();
+    lie["block"].as_object_mut().unwrap().remove("id");
+    let params = format!(r#"{{"blockID":"{block}","encoding":"json"}}"#);
+    out.push(Dodged {
+        dodge: Dodge::NoId,
+        method: "platform.getBlock",
+        truth: direct(honest, "platform.getBlock", &params).await.body,
+        params,
+        lie: lie.to_string(),
+    });
+    let (_, next_tx) = ids_at(honest, 901).await;
+    let next_tx = format!(r#"{{"txID":"{next_tx}","encoding":"json"}}"#);
+    let mut lie = result(direct(honest, "platform.getTx", &next_tx).await);
+    lie["tx"].as_object_mut().unwrap().remove("id");
+    let params = format!(r#"{{"txID":"{tx}","encoding":"json"}}"#);
+    out.push(Dodged {
+        dodge: Dodge::NoId,
+        method: "platform.getTx",
+        truth: direct(honest, "platform.getTx", &params).await.body,
+        params,
+        lie: lie.to_string(),
+    });
+    // getBlockByHeight in json, without `height`.
+    let mut lie = next;
+    lie["block"].as_object_mut().unwrap().remove("height");
+    let params = by_height(900, "json");
+    out.push(Dodged {
+        dodge: Dodge::NoHeight,
+        method: "platform.getBlockByHeight",
+        truth: direct(honest, "platform.getBlockByHeight", &params)
+            .await
+            .body,
+        params,
+        lie: lie.to_string(),
+    });
+    // getBlockByHeight in hex: the next block's bytes, of another codec version or block type.
+    for (h, dodge) in [(901, Dodge::CodecVersion), (902, Dodge::BlockType)] {
+        let next = result(
+            direct(
+                honest,
+                "platform.getBlockByHeight",
+                &by_height(h + 1, "hex"),
+            )
+            .await,
+        );
+        let mut bytes = hex_block_bytes(next["block"].as_str().unwrap());
+        match dodge {
+            Dodge::CodecVersion => bytes[1] = 1,
+            _ => bytes[2..6].copy_from_slice(&99u32.to_be_bytes()),
+        }
+        let lie = serde_json::json!({"block": hex_with_checksum(&bytes), "encoding": "hex"});
+        let params = by_height(h, "hex");
+        out.push(Dodged {
+            dodge,
+            method: "platform.getBlockByHeight",
+            truth: direct(honest, "platform.getBlockByHeight", &params)
+                .await
+                .body,
+            params,
+            lie: lie.to_string(),
+        });
+    }
+    out
+}
+
+/// A node of the devnodes' network and release that passes its health checks at `height` and
+/// answers each call of `dodged` with its lie (anything else: not found).
+async fn dodging_node(dodged: &[Dodged], height: u64) -> std::net::SocketAddr {
+    let lies: Vec<(String, Value, String)> = dodged
+        .iter()
+        .map(|d| {
+            let params: Value = serde_json::from_str(&d.params).unwrap();
+            (d.method.to_string(), params, d.lie.clone())
+        })
+        .collect();
+    support::scripted_node(height, move |method, v| {
+        let id = v["id"].clone();
+        let result = match method {
+            "info.getNetworkID" => Some(r#"{"networkID":"12345"}"#.to_string()),
+            "info.getNodeVersion" => Some(r#"{"version":"avalanchego/1.14.2"}"#.to_string()),
+            _ => lies
+                .iter()
+                .find(|(m, p, _)| m == method && *p == v["params"])
+                .map(|(_, _, lie)| lie.clone()),
+        };
+        match result {
+            Some(r) => format!(r#"{{"jsonrpc":"2.0","result":{r},"id":{id}}}"#),
+            None => format!(
+                r#"{{"jsonrpc":"2.0","error":{{"code":-32000,"message":"not found","data":null}},"id":{id}}}"#
+            ),
+        }
+    })
+    .await
+}
+
+/// The liar leaves out what the check reads (`id`, `height`) or writes a codec version or block
+/// type the check does not know, each time with a wrong block or tx. It is the only primary and an
+/// honest node a fallback: its answer is one node's word, so it is never kept (the same call again
+/// is never a hit with its bytes) and the honest node, asked to second it, disagrees.
+#[tokio::test]
+async fn an_answer_that_leaves_out_what_the_check_reads_is_never_kept_on_one_nodes_word() {
+    let (_network, nodes) = support::devnodes(12345, 1, SLOW_CHAIN).await;
+    let dodged = dodged_calls(&nodes[0]).await;
+    let liar = dodging_node(&dodged, nodes[0].control().height()).await;
+    let mut config = Config::default();
+    support::test_gateway(&mut config, &nodes);
+    config.upstreams.insert(
+        0,
+        snowgate::config::UpstreamConfig {
+            name: LIAR.into(),
+            url: format!("http://{liar}"),
+            ..Default::default()
+        },
+    );
+    config.upstreams[1].name = "node-1".into();
+    liar_first(&mut config, Verify::Hash);
+    let gateway = snowgate::Gateway::start(config).await.unwrap();
+    let pool = gateway.pool().clone();
+    let liar_up = || {
+        pool.status()
+            .upstreams
+            .iter()
+            .any(|u| u.name == LIAR && u.takes_traffic)
+    };
+    assert!(support::eventually(Duration::from_secs(60), liar_up).await);
+    let url = gateway.url();
+    for d in &dodged {
+        let case = format!("{:?}: {} {}", d.dodge, d.method, d.params);
+        let lie_body = format!(r#"{{"jsonrpc":"2.0","result":{},"id":1}}"#, d.lie);
+        assert_ne!(lie_body.trim(), d.truth.trim(), "{case}: the liar must lie");
+        let disagreed = format!(
+            r#"snowgate_answer_checks_total{{method="{}",result="disagreed"}}"#,
+            d.method
+        );
+        let before = metric(&get_metrics(&url).await, &disagreed);
+        let first = p(&url, d.method, &d.params).await;
+        // The liar's answer is one node's word: the client may get it, the cache never keeps it.
+        let again = p(&url, d.method, &d.params).await;
+        for (n, r) in [&first, &again].into_iter().enumerate() {
+            assert!(
+                !(x_cache(r) == "HIT" && r.body.trim() != d.truth.trim()),
+                "{case}: call {} was a hit with the liar's bytes: {}",
+                n + 1,
+                r.body
+            );
+        }
+        // The honest node, asked to second it, returned other bytes: nothing kept.
+        metric_reaches(&url, &disagreed, before + 1.0).await;
+        let after = p(&url, d.method, &d.params).await;
+        assert_ne!(x_cache(&after), "HIT", "{case}: kept on one node's word");
+    }
+    let m = get_metrics(&url).await;
+    for method in [
+        "platform.getBlock",
+        "platform.getTx",
+        "platform.getBlockByHeight",
+    ] {
+        let series =
+            format!(r#"snowgate_answer_checks_total{{method="{method}",result="unreadable"}}"#);
+        assert!(metric(&m, &series) >= 1.0, "{series} not counted");
+    }
+    // Not a lie the check can prove: the liar is not taken out (a new release's blocks are not
+    // called lies either).
+    assert!(health_of(&url, LIAR).await.get("lying").is_none());
+    gateway.shutdown().await;
+}
+
+/// Honest nodes always name `id` and `height` in json and write blocks of the known types: their
+/// answers are kept at once, with no second ask (each call reaches one node once).
+#[tokio::test]
+async fn an_honest_nodes_readable_answers_are_kept_at_once_without_a_second_ask() {
+    let c = Cluster::start(2, SLOW_CHAIN, |config| config.cache.verify = Verify::Hash).await;
+    support::every_node_takes_traffic(&c.gateway).await;
+    let url = c.url();
+    let (block, tx) = ids_at(&c.nodes[0], 900).await;
+    let calls = [
+        (
+            "platform.getBlock",
+            format!(r#"{{"blockID":"{block}","encoding":"json"}}"#),
+        ),
+        (
+            "platform.getTx",
+            format!(r#"{{"txID":"{tx}","encoding":"json"}}"#),
+        ),
+        (
+            "platform.getBlockByHeight",
+            r#"{"height":900,"encoding":"json"}"#.to_string(),
+        ),
+        (
+            "platform.getBlockByHeight",
+            r#"{"height":901,"encoding":"hex"}"#.to_string(),
+        ),
+        ("platform.getBlock", format!(r#"{{"blockID":"{block}"}}"#)),
+    ];
+    for (method, params) in &calls {
+        let before: u64 = c.nodes.iter().map(|n| n.control().call_count(method)).sum();
+        let first = p(&url, method, params).await;
+        assert_eq!(x_cache(&first), "MISS", "{method} {params}: {}", first.body);
+        let again = p(&url, method, params).await;
+        assert_eq!(
+            (x_cache(&again), &again.body),
+            ("HIT", &first.body),
+            "{method} {params}"
+        );
+        let after: u64 = c.nodes.iter().map(|n| n.control().call_count(method)).sum();
+        assert_eq!(after - before, 1, "{method} {params}: a second ask");
+    }
+    let m = get_metrics(&url).await;
+    for result in ["unreadable", "agreed", "disagreed", "unconfirmed"] {
+        for method in [
+            "platform.getBlock",
+            "platform.getTx",
+            "platform.getBlockByHeight",
+        ] {
+            let series =
+                format!(r#"snowgate_answer_checks_total{{method="{method}",result="{result}"}}"#);
+            assert_eq!(metric(&m, &series), 0.0, "{series}");
+        }
+    }
+    c.gateway.shutdown().await;
+}

@@ -21,7 +21,9 @@
 //! seconded ([`Trust::Unseconded`]). Such an answer is the client's at once but not kept: the
 //! cache asks another node the same call in the background (`second`, one at a time per key)
 //! and keeps the answer, in memory and in Redis, only when both returned the same bytes. Neither
-//! runs on a hit: a hit was checked when it was kept.
+//! runs on a memory hit: it was checked when it was kept. A Redis hit is another instance's word:
+//! it is held against its call again, and against the level it was kept at (see [`shared`]),
+//! before it is served or copied into memory.
 //!
 //! Memory is bounded in bytes: a weigher charges each entry its key, its answer and a fixed
 //! overhead against `[cache] max_bytes`.
@@ -77,10 +79,11 @@ use tracing::Instrument;
 use crate::call::{
     Answer, AnswerKind, BestHeight, CacheKey, CacheStatus, HitProbe, Lookup, RpcCall, Trust,
 };
-use crate::config::CacheConfig;
+use crate::config::{CacheConfig, Verify};
 use crate::error::ProxyError;
 use crate::methods::CacheClass;
 use crate::metrics::Metrics;
+use crate::upstream::verify::{self, Verdict};
 use rules::Ttls;
 
 /// What the weigher charges each entry on top of its key and answer (moka's node, the Arc'd
@@ -269,6 +272,9 @@ pub struct AnswerCache {
     metrics: CacheMetrics,
     /// Keys whose answer another node is being asked to second ([`second`]): one at a time.
     seconding: parking_lot::Mutex<std::collections::HashSet<Fingerprint>>,
+    /// `[cache] verify` (restart-only, as the pool holds it): what a value read from the fleet's
+    /// Redis must have been kept at to be served.
+    verify: Verify,
 }
 
 impl AnswerCache {
@@ -317,6 +323,7 @@ impl AnswerCache {
             shared,
             metrics,
             seconding: Default::default(),
+            verify: config.verify,
         })
     }
 
@@ -464,6 +471,30 @@ impl AnswerCache {
         if let Some(tier) = &self.shared {
             tier.share_network(id);
         }
+    }
+}
+
+/// Holds a value read from the fleet's Redis, kept at `kept`, against `call` as a node's answer is
+/// held (`verify::check`, whatever `setting`: refuted when it contradicts the call), then against
+/// the level `setting` requires ([`verify::serves_from_shared`]). The cost of a Redis hit: one
+/// check of the answer (a SHA-256 of a block or tx in hex), none for a call the pool never judges.
+fn shared_value_serves(
+    call: &RpcCall,
+    setting: Verify,
+    payload: &[u8],
+    kept: crate::call::Kept,
+) -> Result<(), shared::Refusal> {
+    let judged = call.spec.cache == CacheClass::Immutable;
+    let verdict = match judged {
+        true => verify::check(&call.spec.name, call.params.as_ref(), payload),
+        false => Verdict::Unchecked,
+    };
+    if let Verdict::Wrong(_) = verdict {
+        return Err(shared::Refusal::Refuted);
+    }
+    match verify::serves_from_shared(setting, judged, verdict, kept) {
+        true => Ok(()),
+        false => Err(shared::Refusal::Untrusted),
     }
 }
 
@@ -647,9 +678,12 @@ where
             }
             let shared = cache.shared.as_ref().filter(|_| shares(call.spec.cache));
             if let Some(tier) = shared {
-                // The rules a node's answer meets: a value they would not keep is not served.
-                let accept = |payload: &[u8]| {
+                // What a node's answer meets, and the level this instance's setting requires of
+                // whoever kept it: a value that fails either is not served.
+                let accept = |payload: &[u8], kept| {
+                    shared_value_serves(call, cache.verify, payload, kept)?;
                     rules::lifetime(call, AnswerKind::Result, payload, &cache.ttls)
+                        .ok_or(shared::Refusal::Rules)
                 };
                 let redis = call.caller.trace.redis("cache lookup");
                 let found = tier.lookup(key, accept).await;
@@ -683,7 +717,8 @@ where
                 }
                 Some(ttl) if rules::fresh_enough(head, answer.upstream_height) => {
                     if let Some(tier) = shared {
-                        tier.store(key, &answer.payload, ttl.unwrap_or(tier.immutable_ttl));
+                        let ttl = ttl.unwrap_or(tier.immutable_ttl);
+                        tier.store(key, &answer.payload, answer.trust.kept(), ttl);
                     }
                     Ok(Entry::new(key, answer.kind, &answer.payload, ttl))
                 }

@@ -9,18 +9,18 @@ use tower::{Service, ServiceExt};
 use tracing::Instrument;
 
 use super::{shares, AnswerCache, Entry, Fingerprint};
-use crate::call::{Answer, AnswerKind, Lookup, RpcCall};
+use crate::call::{Answer, AnswerKind, Kept, Lookup, RpcCall};
 use crate::error::ProxyError;
 
 /// The most secondings (a second node asked before an answer is kept) in flight at once.
 pub const MAX_SECONDINGS: usize = 64;
 
 /// Asks another node than the one that gave `first` the same `call`, in a task of its own, and
-/// keeps `first` under `key` (in memory, and in the fleet's Redis for a class it shares) only when
-/// that node returns the same bytes: one node's word that `[cache] verify` wants seconded. Nothing
-/// is kept when the second answers otherwise (which node is right cannot be told: both are
-/// logged), fails, or there is no other node. One seconding at a time per key: a miss meanwhile
-/// is answered by a node and not kept; and at most [`MAX_SECONDINGS`] at once in all, so that a
+/// keeps `first` under `key` (in memory, and in the fleet's Redis, as seconded, for a class it
+/// shares) only when that node returns the same bytes: one node's word that `[cache] verify` wants
+/// seconded. Nothing is kept when the second answers otherwise (which node is right cannot be
+/// told: both are logged), fails, or there is no other node. One seconding at a time per key: a
+/// miss meanwhile is answered by a node and not kept; and at most [`MAX_SECONDINGS`] at once in all, so that a
 /// client sending many distinct misses cannot make the gateway hold as many background calls (a
 /// miss beyond is answered and not kept).
 pub(super) fn second<S>(
@@ -82,7 +82,8 @@ pub(super) fn second<S>(
             return;
         }
         if let Some(tier) = cache.shared.as_ref().filter(|_| shares(class)) {
-            tier.store(&key, &first.payload, ttl.unwrap_or(tier.immutable_ttl));
+            let ttl = ttl.unwrap_or(tier.immutable_ttl);
+            tier.store(&key, &first.payload, Kept::Seconded, ttl);
         }
         let entry = Entry::new(&key, first.kind, &first.payload, ttl);
         let stored = cache.store.entry(fingerprint).or_insert(entry).await;

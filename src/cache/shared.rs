@@ -14,11 +14,26 @@
 //! * its digest (SHA-256 over everything else, truncated to [`DIGEST_LEN`] bytes) matches, so a
 //!   flipped or truncated byte is caught even where the answer would still read as JSON;
 //! * it passes the checks a node's answer passes before it is cached: a result (never an error),
-//!   one whole JSON value, within the size a node may answer, that the cache rules would keep.
+//!   one whole JSON value, within the size a node may answer, that the cache rules would keep;
+//! * it is held against its call as a node's answer is (`verify::check`: a block or tx in hex
+//!   must hash to the ID asked, a block carry the height asked, a json one name them), whatever
+//!   this instance's `[cache] verify`: a value that contradicts its call is dropped from Redis
+//!   and counted (`refuted`), never served;
+//! * it was kept at a level ([`Kept`], stored in the value) at least as strong as this
+//!   instance's `[cache] verify` asks of a node's answer before it keeps one
+//!   (`verify::serves_from_shared`): a `hash` instance never serves an `off` instance's unchecked
+//!   word nor an unreadable answer no second node returned, and a `quorum` instance nothing that
+//!   was not seconded. A weaker value is left alone (counted `untrusted`): the call goes to a
+//!   node, and the answer this instance then keeps overwrites it.
+//!
+//! A Redis hit thus costs one check of the answer (for a block or tx in hex, the SHA-256 of its
+//! bytes and of its checksum); a memory hit costs nothing more, as it was checked when kept.
 //!
 //! The digest protects against corruption and mix-ups, not against someone who writes to Redis
-//! on purpose: such a writer can compute it. Redis must be as trusted as the nodes (see the
-//! README's "Running a fleet").
+//! on purpose: such a writer can compute it, and can claim any level. What is proved on read
+//! (a block or tx in hex) is safe from such a writer; what only names or carries the ID or
+//! height asked is not. Redis must be as trusted as the nodes (see the README's "Running a
+//! fleet").
 //!
 //! Answers larger than `[cache] shared_max_bytes` (1 MiB) are not shared: they stay in each
 //! instance's memory. A value is read by a small script that checks its length first, so a value
@@ -34,8 +49,9 @@
 //! stops sharing for good and says so: an error in the log, `snowgate_shared_cache_network_conflict`
 //! at 1.
 //!
-//! Format: `[VERSION][kind][full key length, u32 big-endian][full key][digest][answer]`; the Redis
-//! key is `{key_prefix}{network ID}:c:{first 32 hex digits of SHA-256 of the canonical key}`.
+//! Format: `[VERSION][kind][level][full key length, u32 big-endian][full key][digest][answer]`
+//! (the level as [`Kept::byte`]); a value of the previous version is a miss. The Redis key is
+//! `{key_prefix}{network ID}:c:{first 32 hex digits of SHA-256 of the canonical key}`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -45,12 +61,12 @@ use prometheus::{IntCounterVec, IntGauge};
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 
-use crate::call::AnswerKind;
+use crate::call::{AnswerKind, Kept};
 use crate::metrics::Metrics;
 use crate::shared::{Shared, SharedError};
 
 /// The format's version byte: bumped when the layout changes, so that old values are misses.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 
 /// Bytes of the SHA-256 digest kept in a value.
 pub const DIGEST_LEN: usize = 16;
@@ -58,13 +74,16 @@ pub const DIGEST_LEN: usize = 16;
 /// The most bytes of writes to Redis in flight at once; beyond, writes are dropped.
 pub const WRITE_BUDGET: usize = 32 * 1024 * 1024;
 
-const HEADER: usize = 1 + 1 + 4;
+const HEADER: usize = 1 + 1 + 1 + 4;
 
 /// Why a value read from Redis is not served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rejected {
     /// Not this format or version.
     Format,
+    /// The format's previous version (before the level was stored): a miss, overwritten by the
+    /// next store.
+    Outdated,
     /// Stored under another key (a shared hash, another network or prefix).
     OtherKey,
     /// The digest does not match: corrupted or truncated.
@@ -87,9 +106,9 @@ pub fn redis_key(network_prefix: &str, canonical: &str) -> Vec<u8> {
     key
 }
 
-fn digest(kind: u8, full_key: &[&str], payload: &[u8]) -> [u8; DIGEST_LEN] {
+fn digest(kind: u8, kept: u8, full_key: &[&str], payload: &[u8]) -> [u8; DIGEST_LEN] {
     let mut h = Sha256::new();
-    h.update([VERSION, kind]);
+    h.update([VERSION, kind, kept]);
     for part in full_key {
         h.update(part.as_bytes());
     }
@@ -106,17 +125,26 @@ fn kind_byte(kind: AnswerKind) -> u8 {
     }
 }
 
-/// The value stored for an answer under the full key `network_prefix` + `canonical`.
-pub fn encode(network_prefix: &str, canonical: &str, kind: AnswerKind, payload: &[u8]) -> Vec<u8> {
+/// The value stored for an answer kept at `kept` under the full key `network_prefix` +
+/// `canonical`.
+pub fn encode(
+    network_prefix: &str,
+    canonical: &str,
+    kind: AnswerKind,
+    kept: Kept,
+    payload: &[u8],
+) -> Vec<u8> {
     let key_len = network_prefix.len() + canonical.len();
     let mut v = Vec::with_capacity(HEADER + key_len + DIGEST_LEN + payload.len());
     v.push(VERSION);
     v.push(kind_byte(kind));
+    v.push(kept.byte());
     v.extend_from_slice(&u32::try_from(key_len).unwrap_or(u32::MAX).to_be_bytes());
     v.extend_from_slice(network_prefix.as_bytes());
     v.extend_from_slice(canonical.as_bytes());
     v.extend_from_slice(&digest(
         kind_byte(kind),
+        kept.byte(),
         &[network_prefix, canonical],
         payload,
     ));
@@ -124,20 +152,25 @@ pub fn encode(network_prefix: &str, canonical: &str, kind: AnswerKind, payload: 
     v
 }
 
-/// The answer in `value` if it is one this instance may serve for the full key `network_prefix` +
-/// `canonical`, at most `max_answer` bytes long (the cache rules are the caller's to apply).
+/// The answer in `value`, and the level it was kept at, if it is one this instance may serve for
+/// the full key `network_prefix` + `canonical`, at most `max_answer` bytes long (the check against
+/// the call, the level this instance requires and the cache rules are the caller's to apply).
 pub fn decode<'v>(
     value: &'v [u8],
     network_prefix: &str,
     canonical: &str,
     max_answer: usize,
-) -> Result<&'v [u8], Rejected> {
+) -> Result<(Kept, &'v [u8]), Rejected> {
+    if value.first() == Some(&(VERSION - 1)) {
+        return Err(Rejected::Outdated);
+    }
     let header = value.get(..HEADER).ok_or(Rejected::Format)?;
     if header[0] != VERSION || header[1] > 1 {
         return Err(Rejected::Format);
     }
-    let kind = header[1];
-    let key_len = u32::from_be_bytes([header[2], header[3], header[4], header[5]]) as usize;
+    let (kind, kept_byte) = (header[1], header[2]);
+    let kept = Kept::from_byte(kept_byte).ok_or(Rejected::Format)?;
+    let key_len = u32::from_be_bytes([header[3], header[4], header[5], header[6]]) as usize;
     let rest = &value[HEADER..];
     let stored_key = rest.get(..key_len).ok_or(Rejected::Format)?;
     let wanted = [network_prefix.as_bytes(), canonical.as_bytes()];
@@ -150,7 +183,7 @@ pub fn decode<'v>(
     let rest = &rest[key_len..];
     let stored_digest = rest.get(..DIGEST_LEN).ok_or(Rejected::Format)?;
     let payload = &rest[DIGEST_LEN..];
-    if stored_digest != digest(kind, &[network_prefix, canonical], payload) {
+    if stored_digest != digest(kind, kept_byte, &[network_prefix, canonical], payload) {
         return Err(Rejected::Digest);
     }
     if kind != kind_byte(AnswerKind::Result) {
@@ -161,7 +194,20 @@ pub fn decode<'v>(
     if payload.len() > max_answer || !whole_value {
         return Err(Rejected::NotAnAnswer);
     }
-    Ok(payload)
+    Ok((kept, payload))
+}
+
+/// Why the cache does not serve a well-formed value of its own key ([`SharedCache::lookup`]'s
+/// `accept`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// It contradicts its call: dropped from Redis, counted `refuted`.
+    Refuted,
+    /// Kept at a weaker level than this instance's `[cache] verify` requires: left in Redis,
+    /// counted `untrusted`.
+    Untrusted,
+    /// The cache rules would not keep it: counted `rejected`.
+    Rules,
 }
 
 /// The largest value a key of `key_len` bytes and an answer of `max_answer` bytes make.
@@ -321,13 +367,14 @@ impl SharedCache {
     }
 
     /// Looks `canonical` up in Redis (at most `[redis] timeout`): the answer, and what `accept`
-    /// made of it. `accept` applies the cache rules to a decoded answer (`None`: they would not
-    /// keep it, and it is rejected like a corrupted value). `None` when there is nothing usable
-    /// (missing, rejected, Redis down or slow): ask a node.
+    /// made of it. `accept` holds a decoded answer, kept at the level it gives, against its call,
+    /// this instance's `[cache] verify` and the cache rules ([`Refusal`]: a refuted value is
+    /// deleted from Redis). `None` when there is nothing usable (missing, refused, Redis down or
+    /// slow): ask a node.
     pub async fn lookup<T>(
         &self,
         canonical: &str,
-        accept: impl FnOnce(&[u8]) -> Option<T>,
+        accept: impl FnOnce(&[u8], Kept) -> Result<T, Refusal>,
     ) -> Option<(bytes::Bytes, T)> {
         let Some(network) = self.usable_prefix() else {
             self.count("skipped");
@@ -365,17 +412,36 @@ impl SharedCache {
             return None;
         }
         match decode(&value, network, canonical, self.max_answer) {
-            Ok(answer) => match accept(answer) {
-                Some(verdict) => {
+            Ok((kept, answer)) => match accept(answer, kept) {
+                Ok(verdict) => {
                     self.count("hit");
                     Some((bytes::Bytes::copy_from_slice(answer), verdict))
                 }
-                None => {
+                Err(Refusal::Refuted) => {
+                    self.count("refuted");
+                    tracing::warn!(
+                        "shared cache: a value that contradicts its call, deleted from Redis"
+                    );
+                    self.delete(key);
+                    None
+                }
+                Err(Refusal::Untrusted) => {
+                    // Another instance's weaker setting (an old config, a canary): not wrong, so
+                    // no warning; the answer this call gets from a node overwrites it if kept.
+                    self.count("untrusted");
+                    None
+                }
+                Err(Refusal::Rules) => {
                     self.count("rejected");
                     tracing::warn!("shared cache: a value the cache rules would not keep, ignored");
                     None
                 }
             },
+            Err(Rejected::Outdated) => {
+                // Written before the level was stored: a miss, overwritten by the next store.
+                self.count("miss");
+                None
+            }
             Err(why) => {
                 self.count("rejected");
                 tracing::warn!(
@@ -387,9 +453,22 @@ impl SharedCache {
         }
     }
 
-    /// Stores an answer in Redis for `ttl`, in the background; dropped when Redis is down or the
-    /// write budget is spent.
-    pub fn store(&self, canonical: &str, payload: &[u8], ttl: Duration) {
+    /// Deletes a refuted value, in the background (a value another instance stored meanwhile may
+    /// go with it: a miss, not a wrong answer). Best effort: a value left behind is refuted again
+    /// at its next read.
+    fn delete(&self, key: Vec<u8>) {
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            let mut cmd = redis::cmd("DEL");
+            cmd.arg(key);
+            // A write of the cache's keys, counted with them.
+            let _ = shared.query::<()>("cache_set", &cmd).await;
+        });
+    }
+
+    /// Stores an answer kept at `kept` in Redis for `ttl`, in the background; dropped when Redis
+    /// is down or the write budget is spent.
+    pub fn store(&self, canonical: &str, payload: &[u8], kept: Kept, ttl: Duration) {
         let Some(network) = self.usable_prefix() else {
             self.written.with_label_values(&["dropped"]).inc();
             return;
@@ -399,7 +478,7 @@ impl SharedCache {
             self.written.with_label_values(&["too_large"]).inc();
             return;
         }
-        let value = encode(network, canonical, AnswerKind::Result, payload);
+        let value = encode(network, canonical, AnswerKind::Result, kept, payload);
         let Some(permit) = u32::try_from(value.len())
             .ok()
             .and_then(|n| self.writes.clone().try_acquire_many_owned(n).ok())
@@ -457,9 +536,26 @@ mod tests {
     }
 
     #[test]
+    fn a_value_keeps_the_level_it_was_kept_at() {
+        for kept in [Kept::Unjudged, Kept::Word, Kept::Seconded] {
+            let v = encode(NET, KEY, AnswerKind::Result, kept, b"7");
+            assert_eq!(decode(&v, NET, KEY, 1024), Ok((kept, &b"7"[..])));
+        }
+    }
+
+    #[test]
     fn a_value_answers_for_its_own_key_only() {
-        let v = encode(NET, KEY, AnswerKind::Result, b"{\"tx\":\"0x00\"}");
-        assert_eq!(decode(&v, NET, KEY, 1024), Ok(&b"{\"tx\":\"0x00\"}"[..]));
+        let v = encode(
+            NET,
+            KEY,
+            AnswerKind::Result,
+            Kept::Word,
+            b"{\"tx\":\"0x00\"}",
+        );
+        assert_eq!(
+            decode(&v, NET, KEY, 1024),
+            Ok((Kept::Word, &b"{\"tx\":\"0x00\"}"[..]))
+        );
         // Another call, another network, another prefix.
         let other = "platform.getTx\u{0}{\"txID\":\"abd\"}";
         assert_eq!(decode(&v, NET, other, 1024), Err(Rejected::OtherKey));
@@ -475,7 +571,13 @@ mod tests {
 
     #[test]
     fn every_flipped_byte_or_truncation_is_refused() {
-        let v = encode(NET, KEY, AnswerKind::Result, b"{\"tx\":\"0x00\",\"n\":12}");
+        let v = encode(
+            NET,
+            KEY,
+            AnswerKind::Result,
+            Kept::Word,
+            b"{\"tx\":\"0x00\",\"n\":12}",
+        );
         for i in 0..v.len() {
             let mut bad = v.clone();
             bad[i] ^= 0x01;
@@ -493,23 +595,39 @@ mod tests {
     fn foreign_values_errors_and_oversized_answers_are_refused() {
         assert_eq!(decode(b"", NET, KEY, 1024), Err(Rejected::Format));
         assert_eq!(decode(b"{\"tx\":1}", NET, KEY, 1024), Err(Rejected::Format));
-        let mut v2 = encode(NET, KEY, AnswerKind::Result, b"1");
+        let mut v2 = encode(NET, KEY, AnswerKind::Result, Kept::Word, b"1");
         v2[0] = VERSION + 1;
         assert_eq!(decode(&v2, NET, KEY, 1024), Err(Rejected::Format));
-        let e = encode(NET, KEY, AnswerKind::Error, b"{\"code\":-32000}");
+        let e = encode(
+            NET,
+            KEY,
+            AnswerKind::Error,
+            Kept::Word,
+            b"{\"code\":-32000}",
+        );
         assert_eq!(decode(&e, NET, KEY, 1024), Err(Rejected::NotAResult));
-        let not_json = encode(NET, KEY, AnswerKind::Result, b"{\"tx\":");
+        let not_json = encode(NET, KEY, AnswerKind::Result, Kept::Word, b"{\"tx\":");
         assert_eq!(
             decode(&not_json, NET, KEY, 1024),
             Err(Rejected::NotAnAnswer)
         );
-        let two = encode(NET, KEY, AnswerKind::Result, b"1 2");
+        let two = encode(NET, KEY, AnswerKind::Result, Kept::Word, b"1 2");
         assert_eq!(decode(&two, NET, KEY, 1024), Err(Rejected::NotAnAnswer));
-        let big = encode(NET, KEY, AnswerKind::Result, b"\"0123456789\"");
+        let big = encode(NET, KEY, AnswerKind::Result, Kept::Word, b"\"0123456789\"");
         assert_eq!(decode(&big, NET, KEY, 11), Err(Rejected::NotAnAnswer));
         assert!(decode(&big, NET, KEY, 12).is_ok());
+        // A level byte no instance writes; a level changed without the digest.
+        let mut level = encode(NET, KEY, AnswerKind::Result, Kept::Word, b"1");
+        level[2] = 3;
+        assert_eq!(decode(&level, NET, KEY, 1024), Err(Rejected::Format));
+        level[2] = Kept::Seconded.byte();
+        assert_eq!(decode(&level, NET, KEY, 1024), Err(Rejected::Digest));
+        // The previous version's values are misses.
+        let mut old = encode(NET, KEY, AnswerKind::Result, Kept::Word, b"1");
+        old[0] = VERSION - 1;
+        assert_eq!(decode(&old, NET, KEY, 1024), Err(Rejected::Outdated));
         // A claimed key length past the end.
-        let mut lying = encode(NET, KEY, AnswerKind::Result, b"1");
+        let mut lying = encode(NET, KEY, AnswerKind::Result, Kept::Word, b"1");
         lying[2..6].copy_from_slice(&u32::MAX.to_be_bytes());
         assert!(decode(&lying, NET, KEY, 1024).is_err());
     }
@@ -521,6 +639,6 @@ mod tests {
         assert!(k.starts_with("snowgate:12345:c:"), "{k}");
         assert_eq!(k.len(), NET.len() + 2 + 32);
         assert_ne!(k, String::from_utf8(redis_key(NET, "x")).unwrap());
-        assert_eq!(max_value(10, 100), 6 + 10 + 16 + 100);
+        assert_eq!(max_value(10, 100), 7 + 10 + 16 + 100);
     }
 }

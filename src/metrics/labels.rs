@@ -150,7 +150,15 @@ pub const REDIS_OPS: &[&str] = &["cache_get", "cache_set", "cordon", "ping", "qu
 pub const REDIS_ERROR_KINDS: &[&str] = &["timeout", "error"];
 
 /// The values of the `result` label of `snowgate_shared_cache_total`.
-pub const SHARED_LOOKUP_RESULTS: &[&str] = &["hit", "miss", "rejected", "error", "skipped"];
+pub const SHARED_LOOKUP_RESULTS: &[&str] = &[
+    "hit",
+    "miss",
+    "rejected",
+    "refuted",
+    "untrusted",
+    "error",
+    "skipped",
+];
 
 /// The values of the `result` label of `snowgate_shared_writes_total`.
 pub const SHARED_WRITE_RESULTS: &[&str] = &["written", "dropped", "too_large", "failed"];

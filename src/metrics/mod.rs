@@ -259,9 +259,11 @@ impl Metrics {
             Opts::new(
                 "snowgate_answer_checks_total",
                 "Immutable answers held against their calls ([cache] verify), by method and \
-                 result: proved (hash), consistent (the ID or height named), unchecked, refuted \
-                 (its node taken out as lying), and for one node's word the cache wants \
-                 seconded: agreed, disagreed, unconfirmed (no second node answered)",
+                 result: proved (hash), consistent (the ID or height named), unchecked (nothing \
+                 checkable for the call), unreadable (the answer leaves out what the check reads \
+                 or is of a block type not known: seconded before it is kept), refuted (its node \
+                 taken out as lying), and for one node's word the cache wants seconded: agreed, \
+                 disagreed, unconfirmed (no second node answered)",
             ),
             &["method", "result"],
         )
@@ -427,8 +429,10 @@ impl Metrics {
             Opts::new(
                 "snowgate_shared_cache_total",
                 "Lookups in the shared (Redis) cache tier after a memory miss, by result: hit, \
-                 miss, rejected (a value that failed the checks), error (Redis failed or timed \
-                 out), skipped (Redis down or the network not known yet)",
+                 miss, rejected (a value that failed the checks), refuted (a value that \
+                 contradicts its call: deleted), untrusted (kept at a weaker level than this \
+                 instance's [cache] verify asks), error (Redis failed or timed out), skipped \
+                 (Redis down or the network not known yet)",
             ),
             &["result"],
         )

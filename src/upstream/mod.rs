@@ -68,7 +68,7 @@ mod probe;
 mod secrets;
 mod select;
 mod status;
-mod verify;
+pub(crate) mod verify;
 mod vouch;
 
 pub use cordoning::Cordoned;

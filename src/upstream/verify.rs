@@ -6,17 +6,28 @@
 //! `hex` (`hexc`, `hexnc`) can be proved to be the block or the transaction asked for, whichever
 //! node gave them. A block's bytes also carry its height, so `platform.getBlockByHeight` can be
 //! shown to be a block of the height asked: consistent, not proved (another block at that height
-//! would pass), and only for the block types known here (an unknown one is left unchecked, so that
-//! a new release's blocks never make every node a liar). In `json` an answer can only be held
-//! against the ID or height it names. Everything else is one node's word.
+//! would pass). In `json` an answer can only be held against the ID or height it names.
+//!
+//! Two kinds of answers cannot be held against their call, and they are told apart:
+//! * [`Verdict::Unchecked`]: nothing here is checkable for this call (another method, an argument
+//!   or an encoding not read here). One node's word, as the setting takes it.
+//! * [`Verdict::Unreadable`]: the check applies, but the answer leaves out what it reads (a json
+//!   block or tx without its `id`, a json block without its `height`) or is of a codec version or
+//!   block type not known here. A liar that knows the check answers exactly that, and an honest
+//!   node never does (its json names both, its blocks are of the known types) except after a new
+//!   release brings a block type: so such an answer is not a lie (a new release's blocks never
+//!   make every node a liar), but it is never kept until a second node returns the same bytes.
 //!
 //! Which answers are then kept on one node's word, and what happens to a node whose answer
-//! contradicts its call, is `vouch.rs`'s business.
+//! contradicts its call, is `vouch.rs`'s business. What each setting requires of an answer read
+//! back from the fleet's Redis, which another instance kept at its own [`Kept`], is
+//! [`serves_from_shared`]'s.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use sha2::{Digest, Sha256};
 
+use crate::call::Kept;
 use crate::config::Verify;
 use crate::jsonrpc::formatting::{checksum, id_str, parse_id};
 use crate::jsonrpc::gojson::{fold_eq, scan_object_members};
@@ -52,9 +63,13 @@ pub(crate) enum Verdict {
     Proved,
     /// It names or carries the ID or the height asked, but nothing proves the rest of it.
     Consistent,
-    /// Nothing in it can be held against the call (another method, an argument or an encoding
-    /// not read here, a block type not known here).
+    /// Nothing here can be held against the call (another method, an argument or an encoding
+    /// not read here).
     Unchecked,
+    /// The check applies to the call, but the answer leaves out what it reads (a json block or tx
+    /// without `id`, a json block without `height`) or is of a codec version or block type not
+    /// known here: one node's word that is never kept before a second node agrees.
+    Unreadable,
     /// It contradicts the call.
     Wrong(Mismatch),
 }
@@ -66,6 +81,7 @@ impl Verdict {
             Verdict::Proved => "proved",
             Verdict::Consistent => "consistent",
             Verdict::Unchecked => "unchecked",
+            Verdict::Unreadable => "unreadable",
             Verdict::Wrong(_) => "refuted",
         }
     }
@@ -139,12 +155,45 @@ pub(crate) fn check(method: &str, params: Option<&Json>, payload: &[u8]) -> Verd
 }
 
 /// Whether an answer the checks let through still needs a second node's word before it may be
-/// kept: always under `quorum`; under `hash`, a fallback's (a paid provider's) unless proved.
+/// kept: always under `quorum`; under `hash`, an unreadable one, and a fallback's (a paid
+/// provider's) unless proved.
 pub(crate) fn wants_second(setting: Verify, verdict: Verdict, fallback: bool) -> bool {
     match setting {
         Verify::Off => false,
         Verify::Quorum => true,
-        Verify::Hash => fallback && verdict != Verdict::Proved,
+        Verify::Hash => verdict == Verdict::Unreadable || (fallback && verdict != Verdict::Proved),
+    }
+}
+
+/// Whether an instance set to `setting` may serve an answer that another instance kept at `kept`,
+/// once held against its call again on read (`verdict`, never [`Verdict::Wrong`]: a refuted
+/// value is dropped before this is asked). `judged`: the call is one the pool judges (an
+/// immutable call); any other answer is served at any level, as a node's would be.
+///
+/// Each setting asks of the value what it asks of a node's answer before it keeps one:
+/// * `off` believes the first word: any level.
+/// * `hash`: a proof needs no one's word (it is proved again on read, whoever wrote it); an
+///   unreadable answer needs a second node ([`Kept::Seconded`]); anything else needs to have
+///   been held against its call when kept ([`Kept::Word`]): an `off` instance's unchecked word
+///   is not enough.
+/// * `quorum` keeps nothing before a second node agrees, proved or not: [`Kept::Seconded`].
+pub(crate) fn serves_from_shared(
+    setting: Verify,
+    judged: bool,
+    verdict: Verdict,
+    kept: Kept,
+) -> bool {
+    if !judged {
+        return true;
+    }
+    match setting {
+        Verify::Off => true,
+        Verify::Quorum => kept >= Kept::Seconded,
+        Verify::Hash => match verdict {
+            Verdict::Proved => true,
+            Verdict::Unreadable => kept >= Kept::Seconded,
+            Verdict::Consistent | Verdict::Unchecked | Verdict::Wrong(_) => kept >= Kept::Word,
+        },
     }
 }
 
@@ -203,8 +252,9 @@ fn by_id(args: Option<&Json>, param: &str, member: &str, payload: &[u8]) -> Resu
             if !value.starts_with(b"{") {
                 return Err(Check::Form);
             }
+            // Every node names it: an answer without it is one a liar wrote to pass the check.
             let Some(named) = sole_member(value, "id")? else {
-                return Ok(Verdict::Unchecked);
+                return Ok(Verdict::Unreadable);
             };
             let want = format!("\"{}\"", id_str(&asked));
             if named == want.as_bytes() {
@@ -248,7 +298,8 @@ fn by_height(args: Option<&Json>, payload: &[u8]) -> Result<Verdict, Check> {
     match carried {
         Some(h) if h == asked => Ok(Verdict::Consistent),
         Some(_) => Err(Check::Height),
-        None => Ok(Verdict::Unchecked),
+        // No height in a json block, or a codec or block type not known here.
+        None => Ok(Verdict::Unreadable),
     }
 }
 
@@ -496,9 +547,10 @@ mod tests {
                 r#"{"block":{"time":1,"parentID":"x","height":8,"id":"y","txs":[]},"encoding":"json"}"#,
                 wrong("platform.getBlockByHeight", Check::Height),
             ),
+            // What the check reads left out: never a verdict on one node's word.
             (
                 r#"{"block":{"time":1,"txs":[]},"encoding":"json"}"#,
-                Verdict::Unchecked,
+                Verdict::Unreadable,
             ),
             (
                 r#"{"block":"0x00","encoding":"json"}"#,
@@ -575,6 +627,47 @@ mod tests {
             check("platform.getTx", Some(&call), tx.as_bytes()),
             Verdict::Consistent
         );
+        // Without `id` (in any case), the answer cannot be read: never consistent.
+        let no_id = r#"{"tx":{"unsignedTx":{},"credentials":[]},"encoding":"json"}"#;
+        assert_eq!(
+            check("platform.getTx", Some(&call), no_id.as_bytes()),
+            Verdict::Unreadable
+        );
+        let block_call = params(&format!(r#"{{"blockID":"{id}","encoding":"json"}}"#));
+        let no_id = r#"{"block":{"time":1,"parentID":"p","height":3,"txs":[]},"encoding":"json"}"#;
+        assert_eq!(
+            check("platform.getBlock", Some(&block_call), no_id.as_bytes()),
+            Verdict::Unreadable
+        );
+        let other_case = named(&id).replace(r#""id""#, r#""ID""#);
+        assert_eq!(
+            check(
+                "platform.getBlock",
+                Some(&block_call),
+                other_case.as_bytes()
+            ),
+            Verdict::Consistent,
+            "read as Go's decoder reads it"
+        );
+    }
+
+    #[test]
+    fn a_block_of_a_type_or_codec_not_known_here_is_unreadable_not_wrong() {
+        let mut block = standard_block(5, [1; 32], 77);
+        let call = params(r#"{"height":77}"#);
+        block[1] = 1;
+        let answer = hex_answer("block", &block, "hex");
+        assert_eq!(
+            check("platform.getBlockByHeight", Some(&call), answer.as_bytes()),
+            Verdict::Unreadable
+        );
+        block[1] = 0;
+        block[2..6].copy_from_slice(&99u32.to_be_bytes());
+        let answer = hex_answer("block", &block, "hex");
+        assert_eq!(
+            check("platform.getBlockByHeight", Some(&call), answer.as_bytes()),
+            Verdict::Unreadable
+        );
     }
 
     #[test]
@@ -608,14 +701,52 @@ mod tests {
     }
 
     #[test]
-    fn a_second_word_is_wanted_under_quorum_and_from_a_fallback_unless_proved() {
+    fn a_second_word_is_wanted_under_quorum_for_the_unreadable_and_from_a_fallback_unless_proved() {
         use Verdict::*;
-        for v in [Proved, Consistent, Unchecked] {
+        for v in [Proved, Consistent, Unchecked, Unreadable] {
             assert!(!wants_second(Verify::Off, v, true));
             assert!(wants_second(Verify::Quorum, v, false));
-            assert!(!wants_second(Verify::Hash, v, false));
+            assert_eq!(wants_second(Verify::Hash, v, false), v == Unreadable);
             assert_eq!(wants_second(Verify::Hash, v, true), v != Proved);
         }
+    }
+
+    #[test]
+    fn a_shared_value_serves_only_at_the_level_the_setting_asks_of_a_node() {
+        use Kept::*;
+        use Verdict::*;
+        let all = [Unjudged, Word, Seconded];
+        for kept in all {
+            // An answer the pool never judges, and any under `off`: any level.
+            for v in [Proved, Consistent, Unchecked, Unreadable] {
+                assert!(serves_from_shared(Verify::Hash, false, v, kept));
+                assert!(serves_from_shared(Verify::Quorum, false, v, kept));
+                assert!(serves_from_shared(Verify::Off, true, v, kept));
+                // `quorum`: only what a second node returned, proved or not.
+                assert_eq!(
+                    serves_from_shared(Verify::Quorum, true, v, kept),
+                    kept == Seconded
+                );
+            }
+            // `hash`: a proof from anyone; the unreadable seconded; the rest checked when kept.
+            assert!(serves_from_shared(Verify::Hash, true, Proved, kept));
+            assert_eq!(
+                serves_from_shared(Verify::Hash, true, Unreadable, kept),
+                kept == Seconded
+            );
+            for v in [Consistent, Unchecked] {
+                assert_eq!(
+                    serves_from_shared(Verify::Hash, true, v, kept),
+                    kept != Unjudged
+                );
+            }
+        }
+        // The byte stored: every level and nothing else.
+        for kept in all {
+            assert_eq!(Kept::from_byte(kept.byte()), Some(kept));
+        }
+        assert_eq!(Kept::from_byte(3), None);
+        assert_eq!(Kept::from_byte(255), None);
     }
 
     proptest! {

@@ -11,8 +11,10 @@
 //! liar (it asks the height), so a node that keeps lying is taken out again at its next lie: each
 //! one costs an attempt, never a wrong answer.
 //!
-//! An answer the checks let through may still be one node's word that the setting wants seconded
-//! ([`verify::wants_second`]): it goes back marked [`Trust::Unseconded`], and the cache asks
+//! An answer the checks let through is marked [`Trust::Checked`] (kept at once, stored in the
+//! fleet's Redis as one node's checked word), unless it is one node's word that the setting wants
+//! seconded ([`verify::wants_second`]: under `hash` an unreadable answer, or a fallback's that is
+//! not proved): it goes back marked [`Trust::Unseconded`], and the cache asks
 //! another node for the same call (its [`Lookup::second_to`](crate::call::Lookup) names the node
 //! the pool then leaves out) and keeps the answer only once they agree.
 
@@ -81,9 +83,11 @@ impl Pool {
                 detail: "wrong answer".into(),
             });
         }
-        if verify::wants_second(setting, verdict, upstream.fallback) {
-            answer.trust = Trust::Unseconded;
-        }
+        answer.trust = if verify::wants_second(setting, verdict, upstream.fallback) {
+            Trust::Unseconded
+        } else {
+            Trust::Checked
+        };
         Ok(())
     }
 
