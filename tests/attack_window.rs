@@ -1326,6 +1326,32 @@ async fn another_origins_page_cannot_read_the_admin_listener() {
             .await
             .unwrap();
         assert_eq!(r.status(), 200, "{path} with the key");
+        // Every Origin is read, not the first only, and the browser's own Sec-Fetch-Site is
+        // believed where it says another site asked.
+        let r = client()
+            .get(format!("{admin}{path}"))
+            .header("origin", same.as_str())
+            .header("origin", "https://evil.example")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401, "{path} with a second, foreign Origin");
+        for site in ["cross-site", "same-site"] {
+            let r = client()
+                .get(format!("{admin}{path}"))
+                .header("sec-fetch-site", site)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 401, "{path} with Sec-Fetch-Site: {site}");
+        }
+        let r = client()
+            .get(format!("{admin}{path}"))
+            .header("sec-fetch-site", "same-origin")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path} with Sec-Fetch-Site: same-origin");
     }
     cluster.gateway.shutdown().await;
 }

@@ -493,18 +493,28 @@ fn local_host(uri: &http::Uri, headers: &HeaderMap) -> bool {
 /// own same-origin GET) or from a page of the listener's own origin (`http://` and the name the
 /// request was sent to). Any other origin's page, in the operator's browser, could otherwise read
 /// the answer: the gateway's CORS rules are a node's, open to every origin.
+///
+/// Every `Origin` header counts (a request with two is judged by both, not by the first), and a
+/// browser's own word that another site made the request (`Sec-Fetch-Site: cross-site` or
+/// `same-site`: a page of a sibling port or name) is believed even where `Origin` is missing.
 fn same_origin(uri: &http::Uri, headers: &HeaderMap) -> bool {
-    let Some(origin) = headers.get(header::ORIGIN) else {
-        return true;
-    };
+    let cross_site = headers
+        .get_all("sec-fetch-site")
+        .iter()
+        .any(|v| !matches!(v.as_bytes(), b"same-origin" | b"none"));
+    if cross_site {
+        return false;
+    }
     let asked = match uri.authority() {
         Some(a) => Some(a.as_str().as_bytes()),
         None => headers.get(header::HOST).map(|h| h.as_bytes()),
     };
-    match (origin.as_bytes().strip_prefix(b"http://"), asked) {
-        (Some(from), Some(asked)) => from.eq_ignore_ascii_case(asked),
-        _ => false,
-    }
+    headers.get_all(header::ORIGIN).iter().all(|origin| {
+        match (origin.as_bytes().strip_prefix(b"http://"), asked) {
+            (Some(from), Some(asked)) => from.eq_ignore_ascii_case(asked),
+            _ => false,
+        }
+    })
 }
 
 /// The status page: static, never cached, and allowed nothing beyond its own origin.
@@ -606,6 +616,25 @@ mod tests {
             "http://localhost:9660",
         ] {
             assert!(!same_origin(&uri, &headers(Some(other))), "{other}");
+        }
+        // A second Origin is read too, whichever comes first.
+        let mut two = headers(Some("http://127.0.0.1:9660"));
+        two.append(
+            header::ORIGIN,
+            HeaderValue::from_static("https://evil.example"),
+        );
+        assert!(!same_origin(&uri, &two));
+        // The browser's own word on who asked.
+        for (site, same) in [
+            ("cross-site", false),
+            ("same-site", false),
+            ("bogus", false),
+            ("same-origin", true),
+            ("none", true),
+        ] {
+            let mut h = headers(None);
+            h.insert("sec-fetch-site", HeaderValue::from_static(site));
+            assert_eq!(same_origin(&uri, &h), same, "{site}");
         }
     }
 

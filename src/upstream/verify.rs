@@ -31,7 +31,7 @@ use crate::call::Kept;
 use crate::config::Verify;
 use crate::jsonrpc::formatting::{checksum, id_str, parse_id};
 use crate::jsonrpc::gojson::{fold_eq, scan_object_members};
-use crate::jsonrpc::Json;
+use crate::jsonrpc::{args, Json};
 
 /// `[cache] verify` as the pool holds it: set at start (a change of `[cache]` needs a restart).
 #[derive(Debug, Default)]
@@ -132,10 +132,10 @@ impl Check {
 
 /// Holds `payload`, a node's `result` for a call of `method` with `params`, against the call.
 pub(crate) fn check(method: &str, params: Option<&Json>, payload: &[u8]) -> Verdict {
-    // The arguments as a node reads them: an object, or the object in a one-element array.
-    let args = match params {
-        Some(Json::Array(items)) => items.first(),
-        other => other,
+    // The arguments as a node reads them (`jsonrpc::args`): params a node cannot decode are its
+    // own error, never a result to hold.
+    let Ok(args) = args::object(params) else {
+        return Verdict::Unchecked;
     };
     let verdict = match method {
         "platform.getBlock" => by_id(args, "blockID", "block", payload),
@@ -210,7 +210,7 @@ enum Encoding {
 /// The `encoding` argument (hex when absent or null; matched as a node matches it, in any case);
 /// `None` for what a node would refuse.
 fn encoding(args: Option<&Json>) -> Option<Encoding> {
-    match args.and_then(|a| a.field("encoding")) {
+    match args::field(args, "encoding") {
         None | Some(Json::Null) => Some(Encoding::Hex { checksum: true }),
         Some(Json::String(s)) => match s.to_ascii_lowercase().as_str() {
             "hex" | "hexc" => Some(Encoding::Hex { checksum: true }),
@@ -229,8 +229,7 @@ const MAX_ID_TEXT: usize = 64;
 
 /// `getBlock` and `getTx`: the block or tx `member` of the answer against the ID argument `param`.
 fn by_id(args: Option<&Json>, param: &str, member: &str, payload: &[u8]) -> Result<Verdict, Check> {
-    let asked = args
-        .and_then(|a| a.field(param))
+    let asked = args::field(args, param)
         .and_then(Json::as_str)
         .filter(|s| s.len() <= MAX_ID_TEXT)
         .and_then(|s| parse_id(s).ok());
@@ -268,11 +267,10 @@ fn by_id(args: Option<&Json>, param: &str, member: &str, payload: &[u8]) -> Resu
 
 /// `getBlockByHeight`: the height the answer's block carries against the `height` argument.
 fn by_height(args: Option<&Json>, payload: &[u8]) -> Result<Verdict, Check> {
-    // `json.Uint64`: a number, or a decimal in a string.
-    let asked = match args.and_then(|a| a.field("height")) {
-        Some(Json::Number(n)) => n.parse::<u64>().ok(),
-        Some(Json::String(s)) => s.parse::<u64>().ok(),
-        _ => None,
+    // The height a node reads: 0 when it is left out (the genesis block's, checked as any).
+    let asked = match args::height(args, "height") {
+        Ok(args::Height::At(height)) => Some(height),
+        Ok(args::Height::Proposed) | Err(_) => None,
     };
     let (Some(asked), Some(encoding)) = (asked, encoding(args)) else {
         return Ok(Verdict::Unchecked);
