@@ -268,7 +268,7 @@ pub struct AnswerCache {
     shared: Option<shared::SharedCache>,
     metrics: CacheMetrics,
     /// Keys whose answer another node is being asked to second ([`second`]): one at a time.
-    seconding: parking_lot::Mutex<std::collections::HashSet<Fingerprint>>,
+    seconding: parking_lot::Mutex<second::Secondings>,
 }
 
 impl AnswerCache {
