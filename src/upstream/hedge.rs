@@ -83,6 +83,10 @@ impl HedgeBudget {
 
     /// Takes one hedge for `client` from its account and from the budget, or neither.
     pub(crate) fn withdraw(&self, client: &ClientId) -> Result<(), NoHedge> {
+        // The budget first: with it spent (or a ratio of 0), no share matters.
+        if self.balance.load(Ordering::Relaxed) < ONE {
+            return Err(NoHedge::Budget);
+        }
         let mut accounts = self.accounts.lock();
         let saved = accounts.get_mut(client).ok_or(NoHedge::ClientShare)?;
         if *saved < ONE {
@@ -121,7 +125,7 @@ mod tests {
     fn hedges_stay_a_share_of_calls_and_a_quiet_spell_saves_only_so_many() {
         let budget = HedgeBudget::default();
         let a = client(1);
-        assert_eq!(budget.withdraw(&a), Err(NoHedge::ClientShare));
+        assert_eq!(budget.withdraw(&a), Err(NoHedge::Budget));
         for _ in 0..10 {
             budget.deposit(0.1, &a);
         }
