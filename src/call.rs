@@ -89,6 +89,14 @@ pub trait HitProbe: Send + Sync {
     fn would_hit(&self, call: &mut RpcCall) -> bool;
 }
 
+/// What a call makes the nodes do beyond its own attempts (a hedge, a seconding), charged to its
+/// caller's quota by the rate limiter, asked by the pool and the cache without depending on it.
+pub trait Surcharge: Send + Sync {
+    /// Charges `call`'s caller, without waiting, for one more node request of it: its method's
+    /// cost again. `false`: over its quota, and the request is not to be made.
+    fn surcharge(&self, call: &RpcCall) -> bool;
+}
+
 /// How the cache treats one call, decided once per call by the first layer that needs it: the
 /// rate limiter, which charges a hit at its own price, or else the cache itself. It rides on the
 /// call ([`RpcCall::lookup`]) from the one to the other, so that the price and the

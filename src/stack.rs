@@ -51,7 +51,7 @@ use tower::{Service, ServiceBuilder};
 
 use crate::body::Chunks;
 use crate::cache::{AnswerCache, CacheLayer, CacheService};
-use crate::call::{call_now, Answer, BestHeight, Called, HitProbe, RpcCall};
+use crate::call::{call_now, Answer, BestHeight, Called, HitProbe, RpcCall, Surcharge};
 use crate::error::{Counted, ProxyError};
 use crate::health::HealthApi;
 use crate::http::compress::{Body, CompressLayer};
@@ -97,8 +97,13 @@ pub fn rpc(
         ))
         // 10. Hits are answered here and never reach the pool; misses are coalesced.
         .option_layer(cache.map(CacheLayer::new))
-        // 11. A node, or the gateway itself.
-        .service(Forward { pool, health })
+        // 11. A node, or the gateway itself; what a call makes the nodes do beyond its own
+        //     attempts (a hedge, the cache's seconding) is charged to its caller's quota here.
+        .service(Forward {
+            pool,
+            health,
+            quota: quota.clone(),
+        })
 }
 
 /// The per-call stack behind an `Arc`, as the HTTP layers hold it: they clone it with every
@@ -136,6 +141,8 @@ impl Service<RpcCall> for SharedRpc {
 pub struct Forward {
     pool: Arc<Pool>,
     health: Arc<HealthApi>,
+    /// Charges the caller for hedges and secondings (`Surcharge`).
+    quota: Quota,
 }
 
 impl Service<RpcCall> for Forward {
@@ -152,8 +159,17 @@ impl Service<RpcCall> for Forward {
         if call.spec.family.is_local() {
             return Box::pin(std::future::ready(Ok(self.health.answer(&call))));
         }
-        let pool = self.pool.clone();
-        Box::pin(async move { pool.forward(&call).await })
+        // The cache's seconding of one node's word is a node request the caller's miss caused:
+        // charged to it before it is sent, and not made over its quota.
+        let seconding = call.lookup.as_ref().is_some_and(|l| l.second_to.is_some());
+        if seconding && !self.quota.surcharge(&call) {
+            let refused = Err(ProxyError::RateLimited {
+                retry_after_secs: 1,
+            });
+            return Box::pin(std::future::ready(refused));
+        }
+        let (pool, quota) = (self.pool.clone(), self.quota.clone());
+        Box::pin(async move { pool.forward(&call, &quota).await })
     }
 }
 

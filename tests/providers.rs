@@ -658,3 +658,132 @@ async fn background_secondings_are_bounded() {
         .control()
         .update_faults(|f| f.hanging_methods.clear());
 }
+
+/// Each client hedges from its own share of the budget, and pays for its hedges: two addresses
+/// whose calls are slow on every node (half a second on the first, never on the others) hedge at most the ratio of their own calls, and
+/// an honest client's slow calls meanwhile are hedged as if it were alone (every second call at a
+/// ratio of 0.5: 5 of 10), each hedge charged to its quota (the method's cost again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_hedges_from_its_own_share_and_pays_for_its_hedges() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    const ATTACK: &str = "platform.getCurrentValidators";
+    let cluster = Cluster::start(3, Duration::from_secs(60), |c| {
+        c.cache.enabled = false;
+        c.upstream.hedge_after = Some(Duration::from_millis(20));
+        c.upstream.hedge_max_ratio = 0.5;
+        c.upstream.request_timeout = Duration::from_secs(2);
+        c.upstream.max_attempts = 1;
+        // node-0 is every call's first choice; a hedge goes to a fallback.
+        c.upstreams[1].role = Role::Fallback;
+        c.upstreams[2].role = Role::Fallback;
+        c.health.interval = Duration::from_secs(3600);
+        c.health.timeout = Duration::from_secs(5);
+        c.rate_limit.enabled = true;
+        c.rate_limit.requests_per_second = 1;
+        c.rate_limit.burst = 5000;
+        c.rate_limit.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+    })
+    .await;
+    healthy_primaries(&cluster).await;
+    for name in ["node-1", "node-2"] {
+        assert!(eventually(Duration::from_secs(60), || upstream(&cluster, name).standby).await);
+    }
+    // Every call is slow on node-0 (half a second); on the others, the attack's never answer and
+    // the honest client's are fast: a hedge answers those.
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        node.control().update_faults(|f| {
+            if i == 0 {
+                f.slow_rate = 1.0;
+                f.slow_latency = Duration::from_millis(500);
+            } else {
+                f.hanging_methods = vec![ATTACK.into()];
+            }
+        });
+        node.control().reset_calls();
+    }
+    let url = format!("{}/ext/bc/P", cluster.url());
+    let metrics_url = format!("{}/metrics", cluster.url());
+    let hedges =
+        |text: &str, o: &str| metric(text, &format!(r#"snowgate_hedges_total{{outcome="{o}"}}"#));
+    let stop = Arc::new(AtomicBool::new(false));
+    let attack_calls = Arc::new(AtomicU64::new(0));
+    let attackers: Vec<_> = (0..32u32)
+        .map(|t| {
+            let (url, stop, calls) = (url.clone(), stop.clone(), attack_calls.clone());
+            tokio::spawn(async move {
+                let who = format!("198.51.100.{}", 1 + t % 2);
+                for _ in 0..50 {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let body = call(ATTACK, "{}");
+                    support::post_with(&url, &body, &[("x-forwarded-for", &who)]).await;
+                    calls.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    // The attack is under way: it has asked for hedges.
+    let start = std::time::Instant::now();
+    loop {
+        let (_, _, text) = ask("GET", &metrics_url, Some(ADMIN_KEY)).await;
+        if hedges(&text, "sent") + hedges(&text, "client_share") + hedges(&text, "no_budget")
+            >= 16.0
+        {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no hedge asked for"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let honest = [("x-forwarded-for", "203.0.113.7")];
+    for i in 0..10 {
+        let r = support::post_with(&url, &sample(), &honest).await;
+        assert_eq!(r.status, 200, "honest call {i}: {}", r.body);
+    }
+    let fallbacks = &cluster.nodes[1..];
+    let honest_hedges: u64 = fallbacks
+        .iter()
+        .map(|n| n.control().call_count("platform.sampleValidators"))
+        .sum();
+    let page = support::get_with(&format!("{}/snowgate/quota", cluster.url()), &honest).await;
+    stop.store(true, Ordering::Relaxed);
+    for node in &cluster.nodes {
+        node.control().update_faults(|f| *f = Faults::default());
+    }
+    for a in attackers {
+        a.await.unwrap();
+    }
+    let (_, _, text) = ask("GET", &metrics_url, Some(ADMIN_KEY)).await;
+    let calls = attack_calls.load(Ordering::Relaxed);
+    let attack_hedges = hedges(&text, "sent") as u64 - honest_hedges;
+    eprintln!(
+        "honest: 10 slow calls, {honest_hedges} hedged; attack: {calls} calls, {} node requests \
+         ({:.2} a call); hedges: sent {}, client_share {}, no_budget {}",
+        calls + attack_hedges,
+        (calls + attack_hedges) as f64 / calls.max(1) as f64,
+        hedges(&text, "sent"),
+        hedges(&text, "client_share"),
+        hedges(&text, "no_budget"),
+    );
+    assert_eq!(
+        honest_hedges, 5,
+        "the honest client's hedges, as alone: 5 of 10"
+    );
+    // The attack hedged at most half its calls (its own deposits).
+    assert!(
+        attack_hedges * 2 <= calls + 2,
+        "{attack_hedges} hedges for {calls} calls"
+    );
+    assert!(hedges(&text, "client_share") > 0.0);
+    // The honest client paid for its 10 calls and 5 hedges (cost 2 each): 30 units, less what
+    // came back meanwhile (1 a second) and the quota page's own price.
+    let remaining = page.json()["remaining"].as_u64().unwrap();
+    assert!(
+        remaining <= 5000 - 30 + 20,
+        "{remaining}: the hedges were not charged"
+    );
+}

@@ -590,21 +590,42 @@ async fn two_instances_share_quotas_on_a_redis_cluster() {
 }
 
 #[tokio::test]
-async fn the_lease_table_is_bounded_and_clients_beyond_share_the_overflow_quota() {
+async fn the_lease_table_is_bounded_and_clients_beyond_share_their_networks_quota() {
     let redis = RedisServer::start();
     let mut cfg = config(10, 10, 1, OnRedisDown::Local);
     cfg.max_clients = 3;
     let (a, _) = instance(&redis, &cfg).await;
-    // 27 clients beyond the table share the overflow quota (four clients' worth: 40 calls).
+    // 27 clients beyond the table share their /24's quota (four clients' worth: 40 calls).
     for n in 0..30u8 {
         let client = ClientId::Ip(IpAddr::from([198, 51, 100, n]));
         decide(&a, &client, 10).await.unwrap();
     }
+    // Three more networks fill the networks' table; the fourth's clients share the overflow.
+    for net in 1..=4u8 {
+        let client = ClientId::Ip(IpAddr::from([203, 0, net, 1]));
+        decide(&a, &client, 10).await.unwrap();
+    }
     assert!(a.tracked() <= 3, "{} clients tracked", a.tracked());
-    let mut keys = redis.keys("snowgate:q:*");
+    assert!(a.networks() <= 3, "{} networks tracked", a.networks());
+    let mut keys: Vec<String> = redis
+        .keys("snowgate:q:*")
+        .into_iter()
+        .map(|k| String::from_utf8(k).unwrap())
+        .collect();
     keys.sort();
-    assert_eq!(keys.len(), 4, "three clients and the overflow: {keys:?}");
-    assert_eq!(keys[3], b"snowgate:q:overflow".to_vec());
+    assert_eq!(
+        keys,
+        [
+            "snowgate:q:ip:198.51.100.0",
+            "snowgate:q:ip:198.51.100.1",
+            "snowgate:q:ip:198.51.100.2",
+            "snowgate:q:net:198.51.100.0/24",
+            "snowgate:q:net:203.0.1.0/24",
+            "snowgate:q:net:203.0.2.0/24",
+            "snowgate:q:overflow",
+        ],
+        "three clients, three networks and the overflow"
+    );
 }
 
 #[tokio::test]

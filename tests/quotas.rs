@@ -204,3 +204,91 @@ async fn one_client_spraying_five_instances_gets_its_quota_within_ten_percent() 
     assert_eq!(fleet.calls("platform.sampleValidators"), s.served);
     fleet.shutdown().await;
 }
+
+/// Past `max_clients`, a network's addresses share their network's quota (an IPv4 /24, an IPv6
+/// /48), not one quota for everyone: 30 addresses of one /24 spending all they can fill a table
+/// of 20 and drain their network's quota, while clients of another network, new to the gateway,
+/// are served every call within their own (twice: they come back, and are still served). Local
+/// quotas (one instance without Redis) and global ones (Redis).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_clients_an_attackers_addresses_do_not_spend_other_networks_quota() {
+    let redis = RedisServer::start();
+    overflow_attack(None).await;
+    overflow_attack(Some(&redis)).await;
+}
+
+async fn overflow_attack(redis: Option<&RedisServer>) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    const MAX_CLIENTS: usize = 20;
+    let scope = if redis.is_some() { "global" } else { "local" };
+    let toml = format!(
+        "{}[rate_limit]\nrequests_per_second = 10\nburst = 10\nmax_clients = {MAX_CLIENTS}\n\
+         trusted_proxies = [\"127.0.0.1/32\"]\n\
+         [methods.\"platform.sampleValidators\"]\ncost = 1\n",
+        redis.map_or(String::new(), |r| r.redis_toml())
+    );
+    let fleet = Fleet::start(1, 1, SLOW_CHAIN, &toml, |_, c| c.rate_limit.enabled = true).await;
+    let url = format!("{}/ext/bc/P", fleet.url(0));
+    let body = support::call("platform.sampleValidators", r#"{"size":1}"#);
+    // The attack: 30 addresses of 198.51.100.0/24, each calling back to back until stopped (at
+    // most 3,000 calls each).
+    let stop = Arc::new(AtomicBool::new(false));
+    let attack_refused = Arc::new(AtomicU64::new(0));
+    let attackers: Vec<_> = (1..=30u8)
+        .map(|a| {
+            let (url, body) = (url.clone(), body.clone());
+            let (stop, refused) = (stop.clone(), attack_refused.clone());
+            tokio::spawn(async move {
+                let who = format!("198.51.100.{a}");
+                for _ in 0..3_000 {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let r = support::post_with(&url, &body, &[("x-forwarded-for", &who)]).await;
+                    if r.status == 429 {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    // The table is full, and the attack is being refused (it has spent what it may).
+    let limiter = fleet.gateways[0].limiter().unwrap();
+    let full = support::eventually(Duration::from_secs(60), || {
+        limiter.tracked() >= MAX_CLIENTS && attack_refused.load(Ordering::Relaxed) > 100
+    })
+    .await;
+    assert!(full, "{scope}: the attack never filled the table");
+    // Newcomers of 203.0.113.0/24: six addresses, three calls each, then all of them again: 36
+    // units, within their network's burst of 40 whatever the time taken.
+    let mut refused = [0u32; 2];
+    for round in &mut refused {
+        for n in 1..=6u8 {
+            let who = format!("203.0.113.{n}");
+            for _ in 0..3 {
+                let r = support::post_with(&url, &body, &[("x-forwarded-for", &who)]).await;
+                match r.status {
+                    429 => *round += 1,
+                    _ => assert!(is_result(&r), "{scope}: {} {}", r.status, r.body),
+                }
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for a in attackers {
+        a.await.unwrap();
+    }
+    eprintln!(
+        "{scope}: newcomers refused {} of 18, returning {} of 18; the attack was refused {} times",
+        refused[0],
+        refused[1],
+        attack_refused.load(Ordering::Relaxed)
+    );
+    assert_eq!(
+        refused,
+        [0, 0],
+        "{scope}: newcomers' and returning calls refused while the attack filled the table"
+    );
+    fleet.shutdown().await;
+}

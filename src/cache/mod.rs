@@ -271,7 +271,7 @@ pub struct AnswerCache {
     shared: Option<shared::SharedCache>,
     metrics: CacheMetrics,
     /// Keys whose answer another node is being asked to second ([`second`]): one at a time.
-    seconding: parking_lot::Mutex<std::collections::HashSet<Fingerprint>>,
+    seconding: parking_lot::Mutex<second::Secondings>,
     /// `[cache] verify` (restart-only, as the pool holds it): what a value read from the fleet's
     /// Redis must have been kept at to be served.
     verify: Verify,

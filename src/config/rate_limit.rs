@@ -76,7 +76,8 @@ pub struct RateLimitConfig {
     pub trusted_proxies: Vec<IpNet>,
     /// The one header trusted proxies record the client in: `"x-forwarded-for"` or `"forwarded"`.
     pub client_ip_header: ClientIpHeader,
-    /// Client IPs tracked at most; beyond, new clients share one overflow quota.
+    /// Client IPs tracked at most; beyond, a new client shares its network's quota (an IPv4 /24,
+    /// an IPv6 /48), and beyond as many networks, one overflow quota.
     pub max_clients: usize,
     /// Clients with their own quota.
     pub keys: Vec<KeyQuota>,

@@ -55,7 +55,9 @@ pub struct Metrics {
     /// Cooling periods a node earned for one method it kept failing (the per-method breaker).
     pub upstream_method_cooldowns: IntCounterVec,
     /// Hedged reads, by what came of them: `sent`, `won` (the hedge answered first),
-    /// `no_budget` (wanted, over `hedge_max_ratio`), `no_node` (wanted, no other node had room).
+    /// `no_budget` (wanted, over `hedge_max_ratio`), `client_share` (wanted, its client's share of
+    /// the budget spent), `over_quota` (wanted, its client's quota could not pay for it),
+    /// `no_node` (wanted, no other node had room).
     pub hedges: IntCounterVec,
     /// Changes of an upstream's state, by the state it went to and why (as logged).
     pub upstream_state_changes: IntCounterVec,
@@ -263,7 +265,9 @@ impl Metrics {
                  checkable for the call), unreadable (the answer leaves out what the check reads \
                  or is of a block type not known: seconded before it is kept), refuted (its node \
                  taken out as lying), and for one node's word the cache wants seconded: agreed, \
-                 disagreed, unconfirmed (no second node answered)",
+                 disagreed, unconfirmed (no second node answered), and not seconded (answered, \
+                 not kept): busy (every seconding in flight), client_share (its client's share \
+                 in flight), over_quota (its client's quota could not pay)",
             ),
             &["method", "result"],
         )
@@ -295,12 +299,21 @@ impl Metrics {
         let hedges = IntCounterVec::new(
             Opts::new(
                 "snowgate_hedges_total",
-                "Hedged reads: sent, won (the hedge answered first), no_budget, no_node",
+                "Hedged reads: sent, won (the hedge answered first), no_budget, client_share \
+                 (the client's share of the budget spent), over_quota (the client's quota could \
+                 not pay for it), no_node",
             ),
             &["outcome"],
         )
         .expect("static metric definition is valid");
-        for outcome in ["sent", "won", "no_budget", "no_node"] {
+        for outcome in [
+            "sent",
+            "won",
+            "no_budget",
+            "client_share",
+            "over_quota",
+            "no_node",
+        ] {
             hedges.with_label_values(&[outcome]);
         }
         let best_height = IntGauge::new("snowgate_best_height", "Best P-chain height in the pool")

@@ -92,6 +92,23 @@ pub(crate) fn group(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// The prefix length of the network an IPv4 client shares a quota with past `max_clients`.
+pub const NETWORK_V4: u8 = 24;
+/// The same for IPv6: a site's usual allocation (each /64 in it is one client).
+pub const NETWORK_V6: u8 = 48;
+
+/// The network `ip` (a client's address as [`client_ip`] gives it) belongs to: its IPv4 /24 or
+/// IPv6 /48. Past `max_clients` tracked addresses, a new address shares its network's quota, so
+/// that many addresses of one network cannot spend the quota of clients of another.
+pub fn network(ip: IpAddr) -> IpNet {
+    let len = match ip {
+        IpAddr::V4(_) => NETWORK_V4,
+        IpAddr::V6(_) => NETWORK_V6,
+    };
+    // The prefix lengths are within each family's bounds: `new` cannot fail.
+    IpNet::new(ip, len).map_or(IpNet::from(ip), |net| net.trunc())
+}
+
 /// One hop of `X-Forwarded-For` or a `for=` value of `Forwarded`: `1.2.3.4`, `1.2.3.4:80`,
 /// `2001:db8::1`, `"[2001:db8::1]:4711"`. Anything else (non-ASCII, `unknown`, `_hidden`) is
 /// `None`.
@@ -294,5 +311,14 @@ mod tests {
         let t: T = toml::from_str("h = \"forwarded\"").unwrap();
         assert_eq!(t.h, FWD);
         assert!(toml::from_str::<T>("h = \"x-real-ip\"").is_err());
+    }
+
+    #[test]
+    fn a_network_is_an_ipv4_slash_24_or_an_ipv6_slash_48() {
+        let net = |s: &str| network(s.parse().unwrap()).to_string();
+        assert_eq!(net("198.51.100.77"), "198.51.100.0/24");
+        assert_eq!(net("198.51.100.0"), "198.51.100.0/24");
+        assert_eq!(net("2001:db8:1:2::"), "2001:db8:1::/48");
+        assert_ne!(net("198.51.100.1"), net("198.51.101.1"));
     }
 }

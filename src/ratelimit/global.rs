@@ -22,9 +22,11 @@
 //! to Redis at the lease's next script call whatever the room, so they are never free.
 //!
 //! **Keys**: `{key_prefix}q:ip:<address>` (an IPv6 client's /64), `{key_prefix}q:key:<the first
-//! 32 hex digits of the SHA-256 of a rate-limit key>` (never the key itself) and
-//! `{key_prefix}q:overflow` (the shared quota of clients beyond `max_clients`). Each expires when
-//! its client has been idle long enough to be the same as a new one.
+//! 32 hex digits of the SHA-256 of a rate-limit key>` (never the key itself),
+//! `{key_prefix}q:net:<network>` (`198.51.100.0/24`, `2001:db8:1::/48`: the shared quota of a
+//! network's addresses that found the lease table full, past `max_clients`) and
+//! `{key_prefix}q:overflow` (the networks' beyond `max_clients` networks). Each expires when its
+//! client has been idle long enough to be the same as a new one.
 //!
 //! When Redis cannot answer, this module says so ([`Verdict::Down`]) and the limiter
 //! (`super::Limiter`) decides by `[rate_limit] on_redis_down`.
@@ -40,6 +42,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
+use ipnet::IpNet;
 use prometheus::IntCounterVec;
 use redis::Script;
 use sha2::{Digest, Sha256};
@@ -129,7 +132,12 @@ pub struct Global {
     ips: DashMap<IpAddr, Arc<Lease>>,
     /// The leases of `[[rate_limit.keys]]`, by position (never evicted, never in the overflow).
     keys: Vec<Arc<Lease>>,
-    /// Clients beyond `max_clients` share this one.
+    /// The leases of networks whose new addresses found `ips` full (`super::client::network`), at
+    /// most `max_clients`.
+    nets: DashMap<IpNet, Arc<Lease>>,
+    /// A network's quota: four addresses' worth.
+    net_quota: GlobalQuota,
+    /// Networks beyond `max_clients` share this one.
     overflow: Arc<Lease>,
     max_clients: usize,
     epoch: Instant,
@@ -155,15 +163,18 @@ impl Global {
                 Arc::new(Lease::new(format!("{prefix}key:{hex}"), quota, 0))
             })
             .collect();
-        // As locally, the overflow quota is shared by many: room for a few clients' worth.
-        let overflow = GlobalQuota::new(
+        // As locally, a network's quota and the overflow one are shared by many: room for a few
+        // clients' worth.
+        let shared_quota = GlobalQuota::new(
             config.requests_per_second.saturating_mul(4),
             config.burst.saturating_mul(4),
         );
         Global {
             shared,
             script: Script::new(SCRIPT),
-            overflow: Arc::new(Lease::new(format!("{prefix}overflow"), overflow, 0)),
+            nets: DashMap::new(),
+            net_quota: shared_quota,
+            overflow: Arc::new(Lease::new(format!("{prefix}overflow"), shared_quota, 0)),
             prefix,
             ip_quota: GlobalQuota::new(config.requests_per_second, config.burst),
             ips: DashMap::new(),
@@ -191,6 +202,11 @@ impl Global {
         self.ips.len()
     }
 
+    /// Networks with a lease entry (past `max_clients` addresses).
+    pub fn networks(&self) -> usize {
+        self.nets.len()
+    }
+
     /// The lease `client` spends from (`None`: a key index out of range, which is not limited).
     fn lease(&self, client: &ClientId, now_ms: u64) -> Option<Arc<Lease>> {
         match client {
@@ -199,15 +215,26 @@ impl Global {
                 if let Some(l) = self.ips.get(ip) {
                     return Some(l.clone());
                 }
-                if self.ips.len() >= self.max_clients {
-                    self.prune_wanted.notify_one();
-                    return Some(self.overflow.clone());
+                if self.ips.len() < self.max_clients {
+                    let lease = self.ips.entry(*ip).or_insert_with(|| {
+                        let key = format!("{}ip:{ip}", self.prefix);
+                        Arc::new(Lease::new(key, self.ip_quota, now_ms))
+                    });
+                    return Some(lease.clone());
                 }
-                let lease = self.ips.entry(*ip).or_insert_with(|| {
-                    let key = format!("{}ip:{ip}", self.prefix);
-                    Arc::new(Lease::new(key, self.ip_quota, now_ms))
-                });
-                Some(lease.clone())
+                self.prune_wanted.notify_one();
+                let net = super::client::network(*ip);
+                if let Some(l) = self.nets.get(&net) {
+                    return Some(l.clone());
+                }
+                if self.nets.len() < self.max_clients {
+                    let lease = self.nets.entry(net).or_insert_with(|| {
+                        let key = format!("{}net:{net}", self.prefix);
+                        Arc::new(Lease::new(key, self.net_quota, now_ms))
+                    });
+                    return Some(lease.clone());
+                }
+                Some(self.overflow.clone())
             }
         }
     }
@@ -216,11 +243,19 @@ impl Global {
     fn existing(&self, client: &ClientId) -> Option<Arc<Lease>> {
         match client {
             ClientId::Key(i) => self.keys.get(*i).cloned(),
-            ClientId::Ip(ip) => match self.ips.get(ip) {
-                Some(lease) => Some(lease.clone()),
-                None if self.ips.len() >= self.max_clients => Some(self.overflow.clone()),
-                None => None,
-            },
+            ClientId::Ip(ip) => {
+                if let Some(lease) = self.ips.get(ip) {
+                    return Some(lease.clone());
+                }
+                if self.ips.len() < self.max_clients {
+                    return None;
+                }
+                let net = super::client::network(*ip);
+                if let Some(lease) = self.nets.get(&net) {
+                    return Some(lease.clone());
+                }
+                (self.nets.len() >= self.max_clients).then(|| self.overflow.clone())
+            }
         }
     }
 
@@ -388,6 +423,7 @@ impl Global {
             .iter()
             .cloned()
             .chain(std::iter::once(self.overflow.clone()))
+            .chain(self.nets.iter().map(|e| e.value().clone()))
             .chain(self.ips.iter().map(|e| e.value().clone()));
         for lease in candidates {
             if due.len() >= RETURNS_PER_SWEEP {
@@ -415,10 +451,12 @@ impl Global {
         }
     }
 
-    /// Forgets client addresses whose lease holds nothing (their state is all in Redis).
+    /// Forgets client addresses and networks whose lease holds nothing (their state is all in
+    /// Redis).
     pub fn prune(&self) {
         let now = self.now_ms();
         self.ips.retain(|_, l| !l.forgettable(now));
+        self.nets.retain(|_, l| !l.forgettable(now));
     }
 
     /// Sweeps every [`SWEEP_EVERY`] until `stop` flips, then gives back what is still leased (an

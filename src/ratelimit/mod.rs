@@ -19,8 +19,12 @@
 //!   its quota cannot make snowgate read or parse anything.
 //! * Memory is bounded: a client whose bucket has refilled is indistinguishable from a new one and
 //!   is forgotten (pruned every few seconds, off the request path); past `max_clients` tracked
-//!   addresses, new ones share one overflow quota instead of growing the table, and the pruner is
-//!   woken (at most one prune a second).
+//!   addresses, a new one shares its network's quota ([`client::network`]: its IPv4 /24 or IPv6
+//!   /48, four addresses' worth) instead of growing the table, and the pruner is woken (at most
+//!   one prune a second). So many addresses of one network that fill the table spend their own
+//!   network's quota, not that of newcomers from elsewhere. The networks' table is bounded by
+//!   `max_clients` too; past it, the networks beyond share one overflow quota (what an attacker
+//!   holding more networks than that can still spend for everyone).
 //!
 //! * With `[redis]` and `[rate_limit] scope = "global"`, each client has one quota across the
 //!   fleet, held in Redis ([`global`], its arithmetic apart in `lease.rs`); the buckets here then
@@ -177,6 +181,11 @@ struct Tracked {
 /// The quotas of every client (one per gateway).
 pub struct Limiter {
     per_ip: DashMap<IpAddr, Tracked>,
+    /// The quotas of the networks whose new addresses found `per_ip` full ([`client::network`]),
+    /// at most `max_clients` of them.
+    per_net: DashMap<IpNet, Tracked>,
+    /// A network's quota: four addresses' worth.
+    net_quota: Gcra,
     /// The latest end of any client's refusal (ms since `epoch`): while it is past, no client is
     /// refused before its body, and [`Limiter::before_body`] looks nobody up.
     denied_until_ms: AtomicU64,
@@ -207,8 +216,9 @@ pub struct Limiter {
     /// What the status page and usage show for each key: its `name`, else `key:` and the first
     /// 12 hex digits of its SHA-256 ([`RateLimitConfig::key_name`]); never the key.
     key_labels: Vec<String>,
-    /// The quotas as clients are told them: an address's, the overflow's, each key's.
+    /// The quotas as clients are told them: an address's, a network's, the overflow's, each key's.
     ip_policy: Arc<Policy>,
+    net_policy: Arc<Policy>,
     overflow_policy: Arc<Policy>,
     key_policies: Vec<Arc<Policy>>,
     clients: IntGauge,
@@ -293,19 +303,25 @@ impl Limiter {
         let refill = Duration::from_secs_f64(
             f64::from(config.burst) / f64::from(config.requests_per_second.max(1)),
         ) + Duration::from_millis(100);
-        Arc::new(Limiter {
-            per_ip: DashMap::new(),
-            denied_until_ms: AtomicU64::new(0),
-            ip_quota: q,
-            refill,
-            epoch: std::time::Instant::now(),
-            // The overflow quota is shared by many: give it room for a few clients' worth.
-            overflow: Bucket::new(quota(
+        // A network's quota and the overflow one are each shared by many: room for a few
+        // clients' worth.
+        let shared_quota = || {
+            quota(
                 config.requests_per_second.saturating_mul(4),
                 config.burst.saturating_mul(4),
                 share,
                 floor,
-            )),
+            )
+        };
+        Arc::new(Limiter {
+            per_ip: DashMap::new(),
+            per_net: DashMap::new(),
+            net_quota: shared_quota(),
+            denied_until_ms: AtomicU64::new(0),
+            ip_quota: q,
+            refill,
+            epoch: std::time::Instant::now(),
+            overflow: Bucket::new(shared_quota()),
             keys: KeySet::new(config.keys.iter().map(|k| k.key.as_bytes())),
             per_key: (0..config.keys.len())
                 .map(|i| config.key_quota(i))
@@ -330,6 +346,11 @@ impl Limiter {
                 "address".into(),
                 config.requests_per_second,
                 config.burst,
+            )),
+            net_policy: Arc::new(Policy::new(
+                "network".into(),
+                config.requests_per_second.saturating_mul(4),
+                config.burst.saturating_mul(4),
             )),
             overflow_policy: Arc::new(Policy::new(
                 "shared".into(),
@@ -521,11 +542,7 @@ impl Limiter {
         };
         let denied = match client {
             ClientId::Key(i) => self.per_key.get(*i).and_then(denied),
-            ClientId::Ip(ip) => match self.per_ip.get(ip) {
-                Some(t) => denied(&t.bucket),
-                None if self.per_ip.len() >= self.max_clients => denied(&self.overflow),
-                None => None,
-            },
+            ClientId::Ip(ip) => self.peek(*ip, |_, bucket| bucket.and_then(denied)),
         };
         match denied {
             None => Ok(()),
@@ -626,16 +643,12 @@ impl Limiter {
         let now = self.now_ms();
         let (policy, bucket) = match client {
             ClientId::Key(i) => (self.key_policies.get(*i)?, self.per_key.get(*i)),
-            ClientId::Ip(ip) => match self.per_ip.get(ip) {
-                Some(t) => {
-                    let state = self.state_of(&self.ip_policy, Some(&t.bucket), client, now);
-                    return Some(state);
-                }
-                None if self.per_ip.len() >= self.max_clients => {
-                    (&self.overflow_policy, Some(&self.overflow))
-                }
-                None => (&self.ip_policy, None),
-            },
+            ClientId::Ip(ip) => {
+                let state = |policy: &Arc<Policy>, bucket: Option<&Bucket>| {
+                    self.state_of(policy, bucket, client, now)
+                };
+                return Some(self.peek(*ip, state));
+            }
         };
         Some(self.state_of(policy, bucket, client, now))
     }
@@ -667,9 +680,29 @@ impl Limiter {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
+    /// Runs `f` on the policy and the bucket address `ip` would be charged to now, without adding
+    /// it to a table (`None`: a bucket it would get new, which is full).
+    fn peek<R>(&self, ip: IpAddr, f: impl FnOnce(&Arc<Policy>, Option<&Bucket>) -> R) -> R {
+        if let Some(t) = self.per_ip.get(&ip) {
+            return f(&self.ip_policy, Some(&t.bucket));
+        }
+        if self.per_ip.len() < self.max_clients {
+            return f(&self.ip_policy, None);
+        }
+        let net = client::network(ip);
+        if let Some(t) = self.per_net.get(&net) {
+            return f(&self.net_policy, Some(&t.bucket));
+        }
+        if self.per_net.len() < self.max_clients {
+            return f(&self.net_policy, None);
+        }
+        f(&self.overflow_policy, Some(&self.overflow))
+    }
+
     /// Runs `f` on `client`'s bucket (`None`: a key index out of range, which is not limited).
-    /// A new address gets its own bucket while the table has room, else shares the overflow one
-    /// and wakes the pruner: the request never prunes the table itself.
+    /// A new address gets its own bucket while the table has room, else shares its network's
+    /// (while the networks' table has room, else the overflow one) and wakes the pruner: the
+    /// request never prunes the table itself.
     fn with_bucket<R>(
         &self,
         client: &ClientId,
@@ -684,35 +717,58 @@ impl Limiter {
             t.last_ms.store(now, Ordering::Relaxed);
             return Some(f(&t.bucket));
         }
-        if self.per_ip.len() >= self.max_clients {
-            self.prune_wanted.notify_one();
-            return Some(f(&self.overflow));
+        if self.per_ip.len() < self.max_clients {
+            let entry = self.per_ip.entry(ip).or_insert_with(|| Tracked {
+                bucket: Bucket::new(self.ip_quota),
+                last_ms: AtomicU64::new(now),
+            });
+            return Some(f(&entry.bucket));
         }
-        let entry = self.per_ip.entry(ip).or_insert_with(|| Tracked {
-            bucket: Bucket::new(self.ip_quota),
-            last_ms: AtomicU64::new(now),
-        });
-        Some(f(&entry.bucket))
+        self.prune_wanted.notify_one();
+        let net = client::network(ip);
+        if let Some(t) = self.per_net.get(&net) {
+            t.last_ms.store(now, Ordering::Relaxed);
+            return Some(f(&t.bucket));
+        }
+        if self.per_net.len() < self.max_clients {
+            let entry = self.per_net.entry(net).or_insert_with(|| Tracked {
+                bucket: Bucket::new(self.net_quota),
+                last_ms: AtomicU64::new(now),
+            });
+            return Some(f(&entry.bucket));
+        }
+        Some(f(&self.overflow))
     }
 
     /// Forgets clients whose bucket has refilled (they are indistinguishable from new ones).
     pub fn prune(&self) {
         let now = self.now_ms();
         let refill = u64::try_from(self.refill.as_millis()).unwrap_or(u64::MAX);
-        self.per_ip.retain(|_, t| {
+        let keep = |t: &mut Tracked| {
             now.saturating_sub(t.last_ms.load(Ordering::Relaxed)) < refill
                 || t.bucket.denied(now, 1).is_some()
-        });
+        };
+        self.per_ip.retain(|_, t| keep(t));
         self.per_ip.shrink_to_fit();
+        // A network's bucket holds four addresses' worth: it refills in the same time.
+        self.per_net.retain(|_, t| keep(t));
+        self.per_net.shrink_to_fit();
         if let Some(global) = &self.global {
             global.prune();
         }
         self.clients.set(self.tracked() as i64);
     }
 
-    /// Client addresses tracked now (with global quotas, those with a lease too).
+    /// Client addresses tracked now (with global quotas, those with a lease too); the networks
+    /// sharing a quota past `max_clients` are [`Limiter::networks`].
     pub fn tracked(&self) -> usize {
         self.per_ip.len() + self.global.as_ref().map_or(0, |g| g.tracked())
+    }
+
+    /// Networks with a quota of their own now, past `max_clients` addresses (with global quotas,
+    /// those with a lease too): at most `max_clients` (each table).
+    pub fn networks(&self) -> usize {
+        self.per_net.len() + self.global.as_ref().map_or(0, |g| g.networks())
     }
 
     /// Prunes every few seconds, and when a full table asks (at most once a second: a flood of

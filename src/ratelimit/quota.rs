@@ -20,7 +20,7 @@ use tower::{Layer, Service};
 
 use super::usage::Usage;
 use super::{Admission, Limiter, OverQuota, QuotaState};
-use crate::call::{Answer, Caller, ClientId, HitProbe, RpcCall};
+use crate::call::{Answer, Caller, ClientId, HitProbe, RpcCall, Surcharge};
 use crate::error::ProxyError;
 
 /// The clients' quotas as the request path reaches them (see the module doc).
@@ -30,6 +30,21 @@ pub struct Quota {
     limiter: Option<Arc<Limiter>>,
     /// Where the calls of key clients are counted once admitted (`usage`).
     usage: Usage,
+}
+
+/// A hedge or a seconding costs its method's cost again, charged as a refused call is (without
+/// waiting: from the lease, else at this instance's share and owed to Redis); an admin caller, or
+/// rate limiting off, is not charged.
+impl Surcharge for Quota {
+    fn surcharge(&self, call: &RpcCall) -> bool {
+        match self.charging(&call.caller) {
+            Some(l) => {
+                let units = l.units(call.spec.cost, false);
+                l.charge_now(&call.caller.client, units).is_ok()
+            }
+            None => true,
+        }
+    }
 }
 
 impl Quota {

@@ -25,7 +25,8 @@ pub const STATE_HEADER: HeaderName = HeaderName::from_static("ratelimit");
 /// limiter and shared (`Arc`) by every state taken of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
-    /// `"address"` (a client known by its address), `"shared"` (clients beyond `max_clients`),
+    /// `"address"` (a client known by its address), `"network"` (a network's new addresses past
+    /// `max_clients`), `"shared"` (networks past as many networks),
     /// `"key"` or the key's tier.
     pub name: String,
     pub requests_per_second: u32,

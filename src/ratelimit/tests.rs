@@ -85,6 +85,34 @@ fn the_client_table_is_bounded() {
 }
 
 #[test]
+fn past_the_table_a_new_address_spends_its_networks_quota_and_past_the_networks_the_overflow() {
+    // Units are tenths: a charge of 10 is one cost unit; an address holds 10, a network 40.
+    let l = limiter(1, 10, 1.0);
+    let ip = |s: &str| ClientId::Ip(s.parse().unwrap());
+    for i in 1..=3u8 {
+        assert!(l.charge(&ip(&format!("198.51.100.{i}")), 10).is_ok());
+    }
+    // Beyond the table, 198.51.100.0/24's new addresses share 40 units, then are refused...
+    for i in 4..44u8 {
+        assert!(l.charge(&ip(&format!("198.51.100.{i}")), 10).is_ok(), "{i}");
+    }
+    // (Ten units: 2.5 s of the network's refill.)
+    assert!(l.charge(&ip("198.51.100.44"), 100).is_err());
+    let policy = |s: &str| l.state(&ip(s)).unwrap().policy.name.clone();
+    assert_eq!(policy("198.51.100.99"), "network");
+    // ...while another network's newcomers have their own.
+    assert!(l.before_body(&ip("203.0.113.1")).is_ok());
+    assert!(l.charge(&ip("203.0.113.1"), 100).is_ok());
+    assert!(l.charge(&ip("2001:db8:1:2::"), 100).is_ok());
+    assert_eq!(l.networks(), 3);
+    // Past three networks (`max_clients`), the rest share the overflow.
+    assert!(l.charge(&ip("192.0.2.1"), 100).is_ok());
+    assert_eq!(policy("192.0.2.1"), "shared");
+    assert_eq!(l.networks(), 3);
+    assert_eq!(l.tracked(), 3);
+}
+
+#[test]
 fn a_refused_client_is_refused_before_its_body_until_its_wait_has_passed() {
     let l = limiter(1, 10, 1.0);
     let a = ClientId::Ip("192.0.2.1".parse().unwrap());

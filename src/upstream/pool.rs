@@ -13,9 +13,10 @@ use super::answer;
 use super::cordons::FleetCordons;
 use super::events::{self, Cause, NodeEvent};
 use super::health::{self, Fault, HealthState, Heights};
+use super::hedge::NoHedge;
 use super::node::{answer_from, upstream_id, AttemptError, Upstream, UpstreamError, DEFAULT_HOLD};
 use super::select::{self, Choice, NodeView};
-use crate::call::{Answer, AnswerKind, CacheStatus, RpcCall};
+use crate::call::{Answer, AnswerKind, CacheStatus, RpcCall, Surcharge};
 use crate::config::{ForwardConfig, HealthConfig, LimitsConfig, UpstreamConfig};
 use crate::error::ProxyError;
 use crate::methods::MethodSpec;
@@ -442,7 +443,11 @@ impl Pool {
     }
 
     /// Forwards a call: pick a node, send, check the answer; fail over as the module doc says.
-    pub(crate) async fn forward(&self, call: &RpcCall) -> Result<Answer, ProxyError> {
+    pub(crate) async fn forward(
+        &self,
+        call: &RpcCall,
+        surcharge: &dyn Surcharge,
+    ) -> Result<Answer, ProxyError> {
         let members = self.members();
         let members = &*members;
         // No node is sent more than `limits.body_bytes`, whatever the re-encoding adds (the
@@ -541,7 +546,8 @@ impl Pool {
                     let nth = (timeout, attempt as usize, false);
                     let first = self.attempt(members, upstream, call, nth, slot);
                     let race = (first, after, min_height, deadline);
-                    self.hedged(members, call, index, race, &mut tried).await
+                    self.hedged(members, call, index, race, (&mut tried, surcharge))
+                        .await
                 }
                 None => (
                     index,
@@ -661,19 +667,23 @@ impl Pool {
     /// node has a slot free now: a hedge never queues). The first good answer wins and the other
     /// attempt is dropped, which cancels it (its connection is closed, never reused mid-answer,
     /// and nothing of it counts for or against its node); a failed attempt waits for the other.
-    /// Returns which node's result it is; the hedge's node joins `tried`.
+    /// Returns which node's result it is; the hedge's node joins `tried`. A hedge is taken from the
+    /// caller's share of the budget and the budget (`hedge.rs`), then charged to the caller's
+    /// quota (`surcharge`); refused by either, it is not sent.
     async fn hedged<'a, F>(
         &'a self,
         members: &'a Members,
         call: &'a RpcCall,
         first: usize,
         (attempt, after, min_height, deadline): (F, Duration, Option<u64>, Instant),
-        tried: &mut Vec<usize>,
+        (tried, surcharge): (&mut Vec<usize>, &dyn Surcharge),
     ) -> (usize, Result<(AnswerKind, Bytes), AttemptError>)
     where
         F: std::future::Future<Output = Result<(AnswerKind, Bytes), AttemptError>>,
     {
-        self.hedge_budget.deposit(members.forward.hedge_max_ratio);
+        let client = &call.caller.client;
+        self.hedge_budget
+            .deposit(members.forward.hedge_max_ratio, client);
         tokio::pin!(attempt);
         tokio::select! {
             result = &mut attempt => return (first, result),
@@ -687,8 +697,18 @@ impl Pool {
             outcome("no_node");
             return (first, attempt.await);
         };
-        if !self.hedge_budget.withdraw() {
-            outcome("no_budget");
+        if let Err(no) = self.hedge_budget.withdraw(client) {
+            outcome(match no {
+                NoHedge::ClientShare => "client_share",
+                NoHedge::Budget => "no_budget",
+            });
+            drop(slot);
+            return (first, attempt.await);
+        }
+        // What the caller makes the nodes do is charged to it; over its quota, no hedge.
+        if !surcharge.surcharge(call) {
+            self.hedge_budget.refund(client);
+            outcome("over_quota");
             drop(slot);
             return (first, attempt.await);
         }
