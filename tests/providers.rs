@@ -612,11 +612,15 @@ async fn an_answer_that_depends_on_the_release_is_cached_per_release() {
 }
 
 /// Seconding (a second node asked in the background before an answer is kept) is bounded: a
-/// client sending many distinct misses makes the gateway hold at most
-/// `cache::MAX_SECONDINGS` such calls at once, however slow the second node.
+/// client sending many distinct misses holds at most its share (`cache::CLIENT_SECONDINGS`) of
+/// such calls, however slow the second node, so another client's answers are still seconded (and
+/// kept) beside its flood; and all clients together hold at most `cache::MAX_SECONDINGS`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn background_secondings_are_bounded() {
-    let limit = snowgate::cache::MAX_SECONDINGS;
+async fn background_secondings_are_bounded_per_client_and_in_all() {
+    let (share, limit) = (
+        snowgate::cache::CLIENT_SECONDINGS,
+        snowgate::cache::MAX_SECONDINGS,
+    );
     let cluster = Cluster::start(2, Duration::from_secs(60), |c| {
         c.cache.verify = snowgate::config::Verify::Quorum;
         // The second node: a fallback that never answers the method (until the test ends), and
@@ -636,17 +640,52 @@ async fn background_secondings_are_bounded() {
         .control()
         .update_faults(|f| f.hanging_methods = vec!["platform.getBlockByHeight".into()]);
     let url = format!("{}/ext/bc/P", cluster.url());
-    let misses = limit + 36;
-    for height in 1..=misses {
-        let body = call(
-            "platform.getBlockByHeight",
-            &format!(r#"{{"height":"{height}","encoding":"json"}}"#),
-        );
-        let r = post(&url, &body).await;
-        assert_eq!(r.status, 200, "{}", r.body);
-    }
-    // Every miss answered at once; the secondings hang on the second node, at most the bound.
+    // Clients told apart by their addresses (127.0.0.0/8 is all this host's).
+    let from = |last: u8| {
+        reqwest::Client::builder()
+            .local_address(Some(std::net::IpAddr::from([127, 0, 0, last])))
+            .build()
+            .unwrap()
+    };
+    let mut height = 0;
+    let mut misses = |client: reqwest::Client, n: usize| {
+        let bodies: Vec<String> = (0..n)
+            .map(|_| {
+                height += 1;
+                call(
+                    "platform.getBlockByHeight",
+                    &format!(r#"{{"height":"{height}","encoding":"json"}}"#),
+                )
+            })
+            .collect();
+        let url = url.clone();
+        async move {
+            for body in bodies {
+                let r = client.post(&url).header("content-type", "application/json");
+                let r = r.body(body).send().await.unwrap();
+                assert_eq!(r.status(), 200);
+            }
+        }
+    };
     let held = || upstream(&cluster, "node-1").in_flight;
+    // One client's flood: every miss answered at once, its secondings held at its share.
+    misses(from(2), limit + 36).await;
+    assert!(
+        eventually(Duration::from_secs(60), || held() == share).await,
+        "{}",
+        held()
+    );
+    // Another client's misses beside it are seconded all the same.
+    misses(from(3), share).await;
+    assert!(
+        eventually(Duration::from_secs(60), || held() == 2 * share).await,
+        "{}",
+        held()
+    );
+    // Enough clients fill the whole bound, and no more.
+    for last in 4..(4 + (limit / share) as u8) {
+        misses(from(last), share + 2).await;
+    }
     assert!(
         eventually(Duration::from_secs(60), || held() == limit).await,
         "{}",

@@ -57,7 +57,7 @@ mod second;
 pub mod shared;
 
 use second::second;
-pub use second::MAX_SECONDINGS;
+pub use second::{CLIENT_SECONDINGS, MAX_SECONDINGS};
 
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher, RandomState};
