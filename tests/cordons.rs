@@ -423,3 +423,42 @@ async fn a_foreign_value_under_the_cordons_key_is_neither_read_nor_overwritten()
     assert!(in_redis(&redis, "node-0"));
     fleet.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cordon_on_one_network_leaves_the_same_named_node_of_another_network_alone() {
+    // Two fleets of one instance each, a local network's and Fuji's, on one Redis and one
+    // `key_prefix`: both name their nodes `node-0` and `node-1`.
+    let redis = RedisServer::start();
+    let local = Fleet::start(1, 2, SLOW_CHAIN, &redis.redis_toml(), |_, c| {
+        c.cache.enabled = false;
+    })
+    .await;
+    let fuji = Fleet::start_on_network(5, 1, 2, SLOW_CHAIN, &redis.redis_toml(), |_, c| {
+        c.cache.enabled = false;
+    })
+    .await;
+    redis_in_use(&local).await;
+    redis_in_use(&fuji).await;
+    let v = admin(&fuji.url(0), "node-0", "cordon").await;
+    assert_eq!(v["cordonedBy"], json!(["fleet"]), "{v}");
+    assert!(!reaches_within(&fuji.url(0), &fuji.nodes[0], 20).await);
+    // Fuji's cordon is in Redis, under Fuji's network.
+    let keys = redis.keys("snowgate:*cordons");
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    // Ten health intervals later, the local network's node-0 still takes calls.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(cordoned_by(&local.url(0), "node-0").await, (json!([]), false));
+    assert!(reaches(&local.url(0), &local.nodes[0]).await);
+    // A cordon of the local network's node-1 leaves Fuji's alone too.
+    admin(&local.url(0), "node-1", "cordon").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(cordoned_by(&fuji.url(0), "node-1").await, (json!([]), false));
+    assert_eq!(cordoned_by(&fuji.url(0), "node-0").await.1, true);
+    local.shutdown().await;
+    fuji.shutdown().await;
+}
+
+/// Whether any of `n` counted calls through `base` reaches `node`.
+async fn reaches_within(base: &str, node: &DevNode, n: usize) -> bool {
+    calls_reaching(base, node, n).await > 0
+}
