@@ -324,7 +324,7 @@ async fn a_fleets_usage_equals_the_calls_served_across_redis_restarts_and_stalls
     spread(&fleet, 5, &mut served).await;
     wait_for_totals(&fleet, served).await;
     assert!(
-        !redis.keys("snowgate:usage:*").is_empty(),
+        !redis.keys("snowgate:12345:usage:*").is_empty(),
         "no usage hash in Redis"
     );
 
@@ -376,7 +376,9 @@ async fn a_flush_redis_applied_but_never_answered_is_counted_once() {
     .unwrap();
     shared.check().await;
     assert!(shared.available());
-    let book = Book::new(Some(shared));
+    // The usage keys carry the pool's network: settled, as a gateway does once its nodes answer.
+    shared.share_network(12345);
+    let book = Book::new(Some(shared), &metrics);
     for _ in 0..5 {
         book.served("alpha", 10);
     }
@@ -390,7 +392,7 @@ async fn a_flush_redis_applied_but_never_answered_is_counted_once() {
         "snowgate_redis_errors_total{kind=\"timeout\",op=\"usage\"}",
     );
     assert!(timeouts >= 1.0, "the flush never timed out");
-    let keys = redis.keys("snowgate:usage:*");
+    let keys = redis.keys("snowgate:12345:usage:*");
     let totals = keys
         .iter()
         .find(|k| !k.ends_with(b":applied"))
@@ -512,9 +514,7 @@ async fn a_foreign_field_in_an_hours_usage_is_skipped_and_named_and_every_call_c
         "{v}"
     );
     assert_eq!(
-        fleet
-            .metric(0, "snowgate_usage_skipped_fields_total")
-            .await,
+        fleet.metric(0, "snowgate_usage_skipped_fields_total").await,
         2.0
     );
     // Redis stayed in use: a foreign field is no Redis failure.
@@ -568,7 +568,9 @@ async fn a_flush_with_a_foreign_field_that_timed_out_after_redis_applied_it_coun
     .unwrap();
     shared.check().await;
     assert!(shared.available());
-    let book = Book::new(Some(shared));
+    // The usage keys carry the pool's network: settled, as a gateway does once its nodes answer.
+    shared.share_network(12345);
+    let book = Book::new(Some(shared), &metrics);
     // A first flush makes the hour's hash; someone writes a field that is no count into it.
     book.served("charlie", 10);
     book.close().await;
@@ -604,7 +606,11 @@ async fn a_flush_with_a_foreign_field_that_timed_out_after_redis_applied_it_coun
         (Some(5), Some(3), Some(1)),
         "{report:?}"
     );
-    let fields: Vec<&str> = report.skipped.iter().map(|s| &*s.field).collect();
+    let fields: Vec<&str> = report
+        .skipped
+        .iter()
+        .flat_map(|s| s.field.as_deref())
+        .collect();
     assert_eq!(fields, ["bravo:calls"], "{report:?}");
 }
 
@@ -635,10 +641,18 @@ async fn fleets_of_two_networks_sharing_a_redis_and_prefix_keep_their_usage_apar
             assert!(is_result(&r), "{r:?}");
         }
         let v = fleet_usage(fleet).await;
-        assert_eq!(total(&v, "alpha").0, n, "another network's calls counted: {v}");
+        assert_eq!(
+            total(&v, "alpha").0,
+            n,
+            "another network's calls counted: {v}"
+        );
     }
     let v = fleet_usage(&fuji).await;
-    assert_eq!(total(&v, "alpha").0, 3, "another network's calls counted: {v}");
+    assert_eq!(
+        total(&v, "alpha").0,
+        3,
+        "another network's calls counted: {v}"
+    );
     // Each network's hash and ledger.
     let keys = redis.keys("snowgate:*usage:*");
     assert_eq!(keys.len(), 4, "{keys:?}");
@@ -657,7 +671,10 @@ async fn fleet_usage(fleet: &Fleet) -> Value {
                 return v;
             }
         }
-        assert!(Instant::now() < deadline, "no usage answer: {status} {body}");
+        assert!(
+            Instant::now() < deadline,
+            "no usage answer: {status} {body}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
