@@ -678,3 +678,74 @@ async fn fleet_usage(fleet: &Fleet) -> Value {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_hour_whose_key_holds_no_hash_is_held_in_memory_named_and_written_once_repaired() {
+    use snowgate::config::RedisConfig;
+    use snowgate::metrics::Metrics;
+    use snowgate::ratelimit::usage::{Book, Hour};
+    use snowgate::shared::Shared;
+
+    let redis = RedisServer::start();
+    let metrics = Metrics::new();
+    let shared = Shared::new(
+        &RedisConfig {
+            url: Some(redis.url()),
+            ..Default::default()
+        },
+        &metrics,
+    )
+    .unwrap();
+    shared.share_network(12345);
+    shared.check().await;
+    assert!(shared.available());
+    let book = Book::new(Some(shared), &metrics);
+    let now = Hour::now();
+    let key = format!("snowgate:12345:usage:{{{}}}", now.compact());
+    // Someone put a string where this hour's totals go.
+    redis.set_raw(key.as_bytes(), b"not usage");
+    for _ in 0..4 {
+        book.served("alpha", 10);
+    }
+    book.close().await;
+    let report = book.report(now, now, None).await.unwrap();
+    assert_eq!(
+        report
+            .rows
+            .get(&(now, "alpha".to_string()))
+            .map(|c| c.calls),
+        Some(4),
+        "{report:?}"
+    );
+    assert_eq!(report.skipped.len(), 1, "{report:?}");
+    assert_eq!(report.skipped[0].field, None);
+    assert_eq!(
+        redis.get_raw(key.as_bytes()).as_deref(),
+        Some(&b"not usage"[..])
+    );
+    let rendered = String::from_utf8(metrics.render()).unwrap();
+    assert_eq!(
+        support::fleet::metric(&rendered, "snowgate_usage_skipped_fields_total"),
+        1.0
+    );
+    // A foreign ledger holds the hour too; once both are gone, the held counts land, once.
+    redis.command(&[b"DEL", key.as_bytes()]);
+    let ledger = format!("{key}:applied");
+    redis.command(&[b"RPUSH", ledger.as_bytes(), b"x"]);
+    book.close().await;
+    assert_eq!(hget(&redis, key.as_bytes(), "alpha:calls"), None);
+    redis.command(&[b"DEL", ledger.as_bytes()]);
+    book.close().await;
+    book.close().await;
+    assert_eq!(
+        hget(&redis, key.as_bytes(), "alpha:calls").as_deref(),
+        Some("4")
+    );
+    assert_eq!(
+        hget(&redis, key.as_bytes(), "alpha:tenths").as_deref(),
+        Some("40")
+    );
+    let report = book.report(now, now, None).await.unwrap();
+    assert_eq!(report.rows[&(now, "alpha".to_string())].calls, 4);
+    assert!(report.skipped.is_empty(), "{report:?}");
+}
