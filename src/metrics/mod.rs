@@ -104,7 +104,8 @@ pub struct Metrics {
     pub shared_lookups: IntCounterVec,
     /// Answers written to the shared cache tier, by result ([`Part::SharedCache`]).
     pub shared_writes: IntCounterVec,
-    /// 1 once the shared tier was told two networks ([`Part::Redis`]).
+    /// 1 once the shared tier was told two networks ([`Part::SharedCache`]: set by the tier
+    /// whether the cache shares or not, shown with the cache's tier, as it always was).
     pub shared_conflict: IntGauge,
     /// Usage fields in Redis found holding no count, each once ([`Part::Redis`]).
     pub usage_skipped: IntCounter,
@@ -546,7 +547,6 @@ impl Metrics {
                     Box::new(redis_up.clone()),
                     Box::new(redis_breaker.clone()),
                     Box::new(redis_errors.clone()),
-                    Box::new(shared_conflict.clone()),
                     Box::new(usage_skipped.clone()),
                 ],
             ),
@@ -555,6 +555,7 @@ impl Metrics {
                 vec![
                     Box::new(shared_lookups.clone()),
                     Box::new(shared_writes.clone()),
+                    Box::new(shared_conflict.clone()),
                 ],
             ),
         ];
