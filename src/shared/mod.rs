@@ -3,8 +3,9 @@
 //! section; without one, nothing here runs and nothing needs Redis.
 //!
 //! This module is the connection and its discipline, not what is stored: the cache
-//! (`crate::cache::shared`) and the global quotas (`crate::ratelimit::global`) each own their
-//! keys and formats. What they get from here:
+//! (`crate::cache::shared`), the global quotas (`crate::ratelimit::global`), the fleet's cordons
+//! (`crate::upstream::cordons`) and usage (`crate::ratelimit::usage`) each own their keys and
+//! formats. What they get from here:
 //!
 //! * **A bound on waiting.** Every command a request waits for is cut at `[redis] timeout`
 //!   (default 25 ms): Redis slow or frozen costs a request at most that, once.
@@ -16,8 +17,8 @@
 //! * **Keys under `[redis] key_prefix` and the network** ([`Shared::network`]): every key is
 //!   `{key_prefix}{network ID}:...`, the pool's settled network ([`network`]), so that several
 //!   fleets share one Redis and fleets of different networks never read each other's answers,
-//!   cordons or usage, even under one prefix. The global quotas' keys are the exception, on
-//!   purpose (`crate::ratelimit::global`).
+//!   quotas, cordons or usage, even under one prefix. Before the network is settled nothing keyed
+//!   by it is read or written (each user says what it does meanwhile).
 //! * Reconnection is redis-rs's (`ConnectionManager`, the cluster connection's own slot map and
 //!   reconnects); the breaker only decides whether requests try.
 //!
