@@ -137,7 +137,7 @@ async fn redis_in_use(fleet: &Fleet) {
 
 /// Whether the fleet's Redis holds a cordon of `name` (under the default `key_prefix`).
 fn in_redis(redis: &RedisServer, name: &str) -> bool {
-    redis.command(&[b"HEXISTS", b"snowgate:cordons", name.as_bytes()]) == Resp::Int(1)
+    redis.command(&[b"HEXISTS", b"snowgate:12345:cordons", name.as_bytes()]) == Resp::Int(1)
 }
 
 /// A config file over `nodes` (`node-0`, ...), the cache and rate limits off, health checked
@@ -395,7 +395,7 @@ async fn a_foreign_value_under_the_cordons_key_is_neither_read_nor_overwritten()
     let a = fleet.url(0);
     admin(&a, "node-1", "cordon").await;
     // Someone else's string where the cordons' hash was.
-    redis.set_raw(b"snowgate:cordons", b"not cordons");
+    redis.set_raw(b"snowgate:12345:cordons", b"not cordons");
     let answer = admin(&a, "node-0", "cordon").await;
     assert_eq!(answer["cordonedBy"], json!(["instance"]), "{answer}");
     assert!(
@@ -405,7 +405,7 @@ async fn a_foreign_value_under_the_cordons_key_is_neither_read_nor_overwritten()
         "{answer}"
     );
     assert_eq!(
-        redis.get_raw(b"snowgate:cordons").as_deref(),
+        redis.get_raw(b"snowgate:12345:cordons").as_deref(),
         Some(&b"not cordons"[..]),
         "overwritten"
     );
@@ -413,7 +413,7 @@ async fn a_foreign_value_under_the_cordons_key_is_neither_read_nor_overwritten()
     assert_eq!(fleet.metric(0, "snowgate_redis_up").await, 1.0);
     assert_eq!(cordoned_by(&a, "node-1").await, (json!(["fleet"]), true));
     // The key gone, the instance's cordon is written and the fleet's is what Redis says.
-    redis.command(&[b"DEL", b"snowgate:cordons"]);
+    redis.command(&[b"DEL", b"snowgate:12345:cordons"]);
     let settled = wait_until(DEADLINE, || async {
         cordoned_by(&a, "node-0").await == (json!(["fleet"]), true)
             && cordoned_by(&a, "node-1").await == (json!([]), false)
@@ -422,4 +422,49 @@ async fn a_foreign_value_under_the_cordons_key_is_neither_read_nor_overwritten()
     assert!(settled, "{:?}", cordoned_by(&a, "node-0").await);
     assert!(in_redis(&redis, "node-0"));
     fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cordon_on_one_network_leaves_the_same_named_node_of_another_network_alone() {
+    // Two fleets of one instance each, a local network's and Fuji's, on one Redis and one
+    // `key_prefix`: both name their nodes `node-0` and `node-1`.
+    let redis = RedisServer::start();
+    let local = Fleet::start(1, 2, SLOW_CHAIN, &redis.redis_toml(), |_, c| {
+        c.cache.enabled = false;
+    })
+    .await;
+    let fuji = Fleet::start_on_network(5, 1, 2, SLOW_CHAIN, &redis.redis_toml(), |_, c| {
+        c.cache.enabled = false;
+    })
+    .await;
+    redis_in_use(&local).await;
+    redis_in_use(&fuji).await;
+    let v = admin(&fuji.url(0), "node-0", "cordon").await;
+    assert_eq!(v["cordonedBy"], json!(["fleet"]), "{v}");
+    assert!(!reaches_within(&fuji.url(0), &fuji.nodes[0], 20).await);
+    // Fuji's cordon is in Redis, under Fuji's network.
+    let keys = redis.keys("snowgate:*cordons");
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    // Ten health intervals later, the local network's node-0 still takes calls.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        cordoned_by(&local.url(0), "node-0").await,
+        (json!([]), false)
+    );
+    assert!(reaches(&local.url(0), &local.nodes[0]).await);
+    // A cordon of the local network's node-1 leaves Fuji's alone too.
+    admin(&local.url(0), "node-1", "cordon").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        cordoned_by(&fuji.url(0), "node-1").await,
+        (json!([]), false)
+    );
+    assert!(cordoned_by(&fuji.url(0), "node-0").await.1);
+    local.shutdown().await;
+    fuji.shutdown().await;
+}
+
+/// Whether any of `n` counted calls through `base` reaches `node`.
+async fn reaches_within(base: &str, node: &DevNode, n: usize) -> bool {
+    calls_reaching(base, node, n).await > 0
 }

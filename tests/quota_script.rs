@@ -31,6 +31,8 @@ async fn connect(redis: &RedisServer, metrics: &Metrics) -> Arc<Shared> {
         ..Default::default()
     };
     let shared = Shared::new(&config, metrics).unwrap();
+    // Quota keys carry the pool's network: settled, as a gateway does once its nodes answer.
+    shared.share_network(12345);
     shared.check().await;
     assert!(
         shared.available(),
@@ -368,7 +370,7 @@ async fn an_idle_lease_goes_back_to_redis() {
     // One call on A: A now holds a lease of 500 units besides the call's 10.
     decide(&a, &ip("2001:db8:1:2::"), 10).await.unwrap();
     // Another instance takes all the rest (the TAT is then seconds ahead and stays put).
-    let key = "snowgate:q:ip:2001:db8:1:2::";
+    let key = "snowgate:12345:q:ip:2001:db8:1:2::";
     let q = GlobalQuota::new(100, 1_000);
     let rest = ask(a_shared(&redis).await.as_ref(), key, &q, take(9_000)).await;
     assert!(rest.granted >= 9_000, "{rest:?}");
@@ -404,7 +406,7 @@ async fn a_rate_limit_key_is_kept_under_its_hash_never_itself() {
     let keys = redis.keys("*");
     assert_eq!(keys.len(), 1, "{keys:?}");
     let key = String::from_utf8(keys[0].clone()).unwrap();
-    let hex = key.strip_prefix("snowgate:q:key:").unwrap();
+    let hex = key.strip_prefix("snowgate:12345:q:key:").unwrap();
     assert_eq!(hex.len(), 32);
     assert!(hex.bytes().all(|c| c.is_ascii_hexdigit()));
     assert!(!key.contains("rate-limit-key"));
@@ -536,8 +538,8 @@ async fn a_gateway_with_global_quotas_keeps_its_clients_quota_in_redis() {
     // while no lease refill lands in between: on a loaded machine one did, 1 run in 6.)
     // The quota lives in Redis, under the client's address.
     assert_eq!(
-        redis.keys("snowgate:q:*"),
-        vec![b"snowgate:q:ip:127.0.0.1".to_vec()]
+        redis.keys("snowgate:12345:q:*"),
+        vec![b"snowgate:12345:q:ip:127.0.0.1".to_vec()]
     );
     cluster.gateway.shutdown().await;
 }
@@ -555,6 +557,7 @@ async fn two_instances_share_quotas_on_a_redis_cluster() {
             ..Default::default()
         };
         let shared = Shared::new(&redis, &metrics).unwrap();
+        shared.share_network(12345);
         shared.check().await;
         assert!(shared.available(), "the cluster did not answer");
         instances.push(Limiter::new_global(
@@ -579,7 +582,7 @@ async fn two_instances_share_quotas_on_a_redis_cluster() {
         }
         assert!((8..=11).contains(&allowed), "client {n}: {allowed}");
     }
-    let keys = cluster.keys("snowgate:q:ip:*");
+    let keys = cluster.keys("snowgate:12345:q:ip:*");
     assert_eq!(keys.len(), 6, "{keys:?}");
     let holding = cluster
         .masters()
@@ -608,7 +611,7 @@ async fn the_lease_table_is_bounded_and_clients_beyond_share_their_networks_quot
     assert!(a.tracked() <= 3, "{} clients tracked", a.tracked());
     assert!(a.networks() <= 3, "{} networks tracked", a.networks());
     let mut keys: Vec<String> = redis
-        .keys("snowgate:q:*")
+        .keys("snowgate:12345:q:*")
         .into_iter()
         .map(|k| String::from_utf8(k).unwrap())
         .collect();
@@ -616,13 +619,13 @@ async fn the_lease_table_is_bounded_and_clients_beyond_share_their_networks_quot
     assert_eq!(
         keys,
         [
-            "snowgate:q:ip:198.51.100.0",
-            "snowgate:q:ip:198.51.100.1",
-            "snowgate:q:ip:198.51.100.2",
-            "snowgate:q:net:198.51.100.0/24",
-            "snowgate:q:net:203.0.1.0/24",
-            "snowgate:q:net:203.0.2.0/24",
-            "snowgate:q:overflow",
+            "snowgate:12345:q:ip:198.51.100.0",
+            "snowgate:12345:q:ip:198.51.100.1",
+            "snowgate:12345:q:ip:198.51.100.2",
+            "snowgate:12345:q:net:198.51.100.0/24",
+            "snowgate:12345:q:net:203.0.1.0/24",
+            "snowgate:12345:q:net:203.0.2.0/24",
+            "snowgate:12345:q:overflow",
         ],
         "three clients, three networks and the overflow"
     );
@@ -680,7 +683,7 @@ async fn an_instance_that_stops_gives_its_leases_back() {
     a.spawn_pruner(stop_rx);
     // A holds a lease of 500 units; another instance takes the rest.
     decide(&a, &ip("192.0.2.30"), 10).await.unwrap();
-    let key = "snowgate:q:ip:192.0.2.30";
+    let key = "snowgate:12345:q:ip:192.0.2.30";
     let q = GlobalQuota::new(100, 1_000);
     assert!(
         ask(a_shared(&redis).await.as_ref(), key, &q, take(9_000))
@@ -733,4 +736,58 @@ async fn refused_calls_on_two_instances_are_charged_to_one_global_quota() {
         "{allowed} refused calls allowed across two instances in {:?}; the quota is 20",
         began.elapsed()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleets_of_two_networks_sharing_a_redis_and_prefix_have_their_own_quotas() {
+    use support::fleet::{Fleet, SLOW_CHAIN};
+    let redis = RedisServer::start();
+    let toml = format!(
+        "[redis]\nurl = \"{}\"\ntimeout = \"500ms\"\n\n[rate_limit]\nexpected_instances = 1\n",
+        redis.url()
+    );
+    // As above: ten calls of 10 units fit a burst of 100, and units come back at 1 a second.
+    let tweak = |_: usize, c: &mut snowgate::config::Config| {
+        c.rate_limit.enabled = true;
+        c.rate_limit.requests_per_second = 1;
+        c.rate_limit.burst = 100;
+        c.rate_limit.cached_cost_factor = 1.0;
+        c.methods.insert(
+            "info.getNetworkID".into(),
+            snowgate::methods::MethodOverride {
+                cost: Some(10),
+                ..Default::default()
+            },
+        );
+    };
+    let fuji = Fleet::start_on_network(5, 1, 1, SLOW_CHAIN, &toml, tweak).await;
+    let local = Fleet::start(1, 1, SLOW_CHAIN, &toml, tweak).await;
+    let body = support::call("info.getNetworkID", "{}");
+    let calls = |fleet: &Fleet, n: usize| {
+        let (url, body) = (format!("{}/ext/info", fleet.url(0)), body.clone());
+        async move {
+            let mut statuses = Vec::new();
+            for _ in 0..n {
+                statuses.push(support::post(&url, &body).await.status);
+            }
+            statuses
+        }
+    };
+    // The client spends its whole budget on Fuji's fleet...
+    let spent = calls(&fuji, 15).await;
+    assert_eq!(spent.last(), Some(&429), "{spent:?}");
+    // ...and still has its own on the local network's.
+    let statuses = calls(&local, 8).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    let mut keys = redis.keys("snowgate:*q:*");
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            b"snowgate:12345:q:ip:127.0.0.1".to_vec(),
+            b"snowgate:5:q:ip:127.0.0.1".to_vec()
+        ]
+    );
+    fuji.shutdown().await;
+    local.shutdown().await;
 }

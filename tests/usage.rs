@@ -324,7 +324,7 @@ async fn a_fleets_usage_equals_the_calls_served_across_redis_restarts_and_stalls
     spread(&fleet, 5, &mut served).await;
     wait_for_totals(&fleet, served).await;
     assert!(
-        !redis.keys("snowgate:usage:*").is_empty(),
+        !redis.keys("snowgate:12345:usage:*").is_empty(),
         "no usage hash in Redis"
     );
 
@@ -376,7 +376,9 @@ async fn a_flush_redis_applied_but_never_answered_is_counted_once() {
     .unwrap();
     shared.check().await;
     assert!(shared.available());
-    let book = Book::new(Some(shared));
+    // The usage keys carry the pool's network: settled, as a gateway does once its nodes answer.
+    shared.share_network(12345);
+    let book = Book::new(Some(shared), &metrics);
     for _ in 0..5 {
         book.served("alpha", 10);
     }
@@ -390,7 +392,7 @@ async fn a_flush_redis_applied_but_never_answered_is_counted_once() {
         "snowgate_redis_errors_total{kind=\"timeout\",op=\"usage\"}",
     );
     assert!(timeouts >= 1.0, "the flush never timed out");
-    let keys = redis.keys("snowgate:usage:*");
+    let keys = redis.keys("snowgate:12345:usage:*");
     let totals = keys
         .iter()
         .find(|k| !k.ends_with(b":applied"))
@@ -403,4 +405,347 @@ async fn a_flush_redis_applied_but_never_answered_is_counted_once() {
     book.close().await;
     let calls = redis.command(&[b"HGET", totals, b"alpha:calls"]);
     assert_eq!(calls, Resp::Bulk(Some(b"5".to_vec())));
+}
+
+/// The key of this hour's usage totals in `redis` (not its `:applied` ledger), waited for.
+async fn hour_key(redis: &RedisServer) -> Vec<u8> {
+    let keys = support::fleet::wait_for_keys(redis, "snowgate:*usage:*", 2).await;
+    keys.into_iter()
+        .find(|k| !k.ends_with(b":applied"))
+        .expect("a usage hash")
+}
+
+/// `HGET key field` as text (`None`: no such field).
+fn hget(redis: &RedisServer, key: &[u8], field: &str) -> Option<String> {
+    match redis.command(&[b"HGET", key, field.as_bytes()]) {
+        support::redis::Resp::Bulk(v) => v.map(|v| String::from_utf8(v).unwrap()),
+        other => panic!("HGET {field}: {other:?}"),
+    }
+}
+
+/// The fields a usage answer says it skipped.
+fn skipped(v: &Value) -> Vec<String> {
+    let mut fields: Vec<String> = v["skipped"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|s| s["field"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    fields.sort();
+    fields
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_field_in_an_hours_usage_is_skipped_and_named_and_every_call_counts_once() {
+    let logs = support::logs::capture_logs();
+    let redis = RedisServer::start();
+    let toml = format!(
+        "{}[rate_limit]\non_redis_down = \"local\"\n",
+        redis.redis_toml()
+    );
+    const KEY_C: &str = "usage-test-key-charlie-012345678";
+    let fleet = Fleet::start(1, 1, SLOW_CHAIN, &toml, |_, c| {
+        keys(c);
+        c.rate_limit
+            .keys
+            .push(KeyQuota::in_tier(KEY_C, "charlie", "gold"));
+        c.cache.enabled = false;
+    })
+    .await;
+    let height = call("platform.getHeight", "{}");
+    let rpc = format!("{}/ext/bc/P", fleet.url(0));
+    let served = |key: &'static str, n: usize| {
+        let (rpc, height) = (rpc.clone(), height.clone());
+        async move {
+            for _ in 0..n {
+                let r = post_with(&rpc, &height, &[("x-api-key", key)]).await;
+                assert!(is_result(&r), "{r:?}");
+            }
+        }
+    };
+    // A third key's call makes this hour's hash; then someone writes two fields that are no
+    // counts into it: one of the key being counted (alpha's units), one of another (bravo's calls).
+    served(KEY_C, 1).await;
+    let key = hour_key(&redis).await;
+    redis.command(&[b"HSET", &key, b"alpha:tenths", b"ten"]);
+    redis.command(&[b"HSET", &key, b"bravo:calls", b"1.5"]);
+    served(KEY_A, 10).await;
+    served(KEY_B, 3).await;
+
+    // Every call counted exactly, the fields named, not a 503.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let v = loop {
+        let (status, _, body) = usage(&fleet.url(0), "").await;
+        if status == 200 {
+            let v: Value = serde_json::from_str(&body).unwrap();
+            let counts = (total(&v, "alpha"), total(&v, "bravo"), total(&v, "charlie"));
+            assert!(
+                counts.0 .0 <= 10 && counts.1 .0 <= 3 && counts.2 .0 <= 1,
+                "more calls counted than served: {v}"
+            );
+            if counts == ((10, 10.0), (3, 3.0), (1, 1.0))
+                && hget(&redis, &key, "alpha:calls").as_deref() == Some("10")
+            {
+                break v;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "usage never showed 10, 3 and 1 calls in 60 s; last answer: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(v["scope"], "fleet", "{v}");
+    assert_eq!(skipped(&v), ["alpha:tenths", "bravo:calls"], "{v}");
+    // The readable fields are written, exactly, and the foreign ones left as they were.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(hget(&redis, &key, "alpha:calls").as_deref(), Some("10"));
+    assert_eq!(hget(&redis, &key, "bravo:tenths").as_deref(), Some("30"));
+    assert_eq!(hget(&redis, &key, "charlie:calls").as_deref(), Some("1"));
+    assert_eq!(hget(&redis, &key, "alpha:tenths").as_deref(), Some("ten"));
+    assert_eq!(hget(&redis, &key, "bravo:calls").as_deref(), Some("1.5"));
+    let (_, _, body) = usage(&fleet.url(0), "").await;
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (total(&v, "alpha"), total(&v, "bravo")),
+        ((10, 10.0), (3, 3.0)),
+        "{v}"
+    );
+    assert_eq!(
+        fleet.metric(0, "snowgate_usage_skipped_fields_total").await,
+        2.0
+    );
+    // Redis stayed in use: a foreign field is no Redis failure.
+    assert_eq!(fleet.metric(0, "snowgate_redis_up").await, 1.0);
+    let warned = |field: &str| {
+        logs.text()
+            .lines()
+            .filter(|l| l.contains(" WARN ") && l.contains(&format!("field={field}")))
+            .count()
+    };
+    assert_eq!(warned("alpha:tenths"), 1, "{}", logs.text());
+    assert_eq!(warned("bravo:calls"), 1);
+
+    // The operator removes the foreign fields: what this instance held is written, once.
+    redis.command(&[b"HDEL", &key, b"alpha:tenths", b"bravo:calls"]);
+    let ok = support::eventually(Duration::from_secs(60), || {
+        hget(&redis, &key, "alpha:tenths").as_deref() == Some("100")
+            && hget(&redis, &key, "bravo:calls").as_deref() == Some("3")
+    })
+    .await;
+    assert!(ok, "the held counts never reached Redis");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (status, _, body) = usage(&fleet.url(0), "").await;
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (total(&v, "alpha"), total(&v, "bravo")),
+        ((10, 10.0), (3, 3.0)),
+        "{v}"
+    );
+    assert!(skipped(&v).is_empty(), "{v}");
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_with_a_foreign_field_that_timed_out_after_redis_applied_it_counts_once() {
+    use snowgate::config::RedisConfig;
+    use snowgate::metrics::Metrics;
+    use snowgate::ratelimit::usage::{Book, Hour};
+    use snowgate::shared::Shared;
+
+    let redis = RedisServer::start();
+    let metrics = Metrics::new();
+    let shared = Shared::new(
+        &RedisConfig {
+            url: Some(redis.url()),
+            ..Default::default()
+        },
+        &metrics,
+    )
+    .unwrap();
+    shared.check().await;
+    assert!(shared.available());
+    // The usage keys carry the pool's network: settled, as a gateway does once its nodes answer.
+    shared.share_network(12345);
+    let book = Book::new(Some(shared), &metrics);
+    // A first flush makes the hour's hash; someone writes a field that is no count into it.
+    book.served("charlie", 10);
+    book.close().await;
+    let key = hour_key(&redis).await;
+    redis.command(&[b"HSET", &key, b"bravo:calls", b"many"]);
+    for _ in 0..5 {
+        book.served("alpha", 10);
+    }
+    for _ in 0..3 {
+        book.served("bravo", 10);
+    }
+    // Redis stalls: the flush is written to it and times out here (25 ms); Redis runs it when it
+    // wakes, and the stop's flush sends the same batch again until Redis answers.
+    let asleep = redis.sleep(Duration::from_millis(1500));
+    book.close().await;
+    asleep.join().unwrap();
+    let timeouts = support::fleet::metric(
+        &String::from_utf8(metrics.render()).unwrap(),
+        "snowgate_redis_errors_total{kind=\"timeout\",op=\"usage\"}",
+    );
+    assert!(timeouts >= 1.0, "the flush never timed out");
+    book.close().await;
+    assert_eq!(hget(&redis, &key, "alpha:calls").as_deref(), Some("5"));
+    assert_eq!(hget(&redis, &key, "alpha:tenths").as_deref(), Some("50"));
+    assert_eq!(hget(&redis, &key, "bravo:tenths").as_deref(), Some("30"));
+    assert_eq!(hget(&redis, &key, "bravo:calls").as_deref(), Some("many"));
+    // Bravo's calls, which Redis could not take, are held here and shown: none lost.
+    let now = Hour::now();
+    let report = book.report(now, now, None).await.unwrap();
+    let calls = |name: &str| report.rows.get(&(now, name.to_string())).map(|c| c.calls);
+    assert_eq!(
+        (calls("alpha"), calls("bravo"), calls("charlie")),
+        (Some(5), Some(3), Some(1)),
+        "{report:?}"
+    );
+    let fields: Vec<&str> = report
+        .skipped
+        .iter()
+        .flat_map(|s| s.field.as_deref())
+        .collect();
+    assert_eq!(fields, ["bravo:calls"], "{report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleets_of_two_networks_sharing_a_redis_and_prefix_keep_their_usage_apart() {
+    let redis = RedisServer::start();
+    let toml = format!(
+        "{}[rate_limit]\non_redis_down = \"local\"\n",
+        redis.redis_toml()
+    );
+    let tweak = |_: usize, c: &mut Config| {
+        keys(c);
+        c.cache.enabled = false;
+    };
+    let local = Fleet::start(1, 1, SLOW_CHAIN, &toml, tweak).await;
+    let fuji = Fleet::start_on_network(5, 1, 1, SLOW_CHAIN, &toml, tweak).await;
+    let height = call("platform.getHeight", "{}");
+    // Fuji's 3 calls first, read back (a read flushes the reader's counts); then the local
+    // network's 5: each reads its own, 3 and 5, not 8.
+    for (fleet, n) in [(&fuji, 3), (&local, 5)] {
+        for _ in 0..n {
+            let r = post_with(
+                &format!("{}/ext/bc/P", fleet.url(0)),
+                &height,
+                &[("x-api-key", KEY_A)],
+            )
+            .await;
+            assert!(is_result(&r), "{r:?}");
+        }
+        let v = fleet_usage(fleet).await;
+        assert_eq!(
+            total(&v, "alpha").0,
+            n,
+            "another network's calls counted: {v}"
+        );
+    }
+    let v = fleet_usage(&fuji).await;
+    assert_eq!(
+        total(&v, "alpha").0,
+        3,
+        "another network's calls counted: {v}"
+    );
+    // Each network's hash and ledger.
+    let keys = redis.keys("snowgate:*usage:*");
+    assert_eq!(keys.len(), 4, "{keys:?}");
+    local.shutdown().await;
+    fuji.shutdown().await;
+}
+
+/// Instance 0's usage answer (200, waited for while Redis is not in use yet).
+async fn fleet_usage(fleet: &Fleet) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, _, body) = usage(&fleet.url(0), "").await;
+        if status == 200 {
+            let v: Value = serde_json::from_str(&body).unwrap();
+            if v["scope"] == "fleet" {
+                return v;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no usage answer: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_hour_whose_key_holds_no_hash_is_held_in_memory_named_and_written_once_repaired() {
+    use snowgate::config::RedisConfig;
+    use snowgate::metrics::Metrics;
+    use snowgate::ratelimit::usage::{Book, Hour};
+    use snowgate::shared::Shared;
+
+    let redis = RedisServer::start();
+    let metrics = Metrics::new();
+    let shared = Shared::new(
+        &RedisConfig {
+            url: Some(redis.url()),
+            ..Default::default()
+        },
+        &metrics,
+    )
+    .unwrap();
+    shared.share_network(12345);
+    shared.check().await;
+    assert!(shared.available());
+    let book = Book::new(Some(shared), &metrics);
+    let now = Hour::now();
+    let key = format!("snowgate:12345:usage:{{{}}}", now.compact());
+    // Someone put a string where this hour's totals go.
+    redis.set_raw(key.as_bytes(), b"not usage");
+    for _ in 0..4 {
+        book.served("alpha", 10);
+    }
+    book.close().await;
+    let report = book.report(now, now, None).await.unwrap();
+    assert_eq!(
+        report
+            .rows
+            .get(&(now, "alpha".to_string()))
+            .map(|c| c.calls),
+        Some(4),
+        "{report:?}"
+    );
+    assert_eq!(report.skipped.len(), 1, "{report:?}");
+    assert_eq!(report.skipped[0].field, None);
+    assert_eq!(
+        redis.get_raw(key.as_bytes()).as_deref(),
+        Some(&b"not usage"[..])
+    );
+    let rendered = String::from_utf8(metrics.render()).unwrap();
+    assert_eq!(
+        support::fleet::metric(&rendered, "snowgate_usage_skipped_fields_total"),
+        1.0
+    );
+    // A foreign ledger holds the hour too; once both are gone, the held counts land, once.
+    redis.command(&[b"DEL", key.as_bytes()]);
+    let ledger = format!("{key}:applied");
+    redis.command(&[b"RPUSH", ledger.as_bytes(), b"x"]);
+    book.close().await;
+    assert_eq!(hget(&redis, key.as_bytes(), "alpha:calls"), None);
+    redis.command(&[b"DEL", ledger.as_bytes()]);
+    book.close().await;
+    book.close().await;
+    assert_eq!(
+        hget(&redis, key.as_bytes(), "alpha:calls").as_deref(),
+        Some("4")
+    );
+    assert_eq!(
+        hget(&redis, key.as_bytes(), "alpha:tenths").as_deref(),
+        Some("40")
+    );
+    let report = book.report(now, now, None).await.unwrap();
+    assert_eq!(report.rows[&(now, "alpha".to_string())].calls, 4);
+    assert!(report.skipped.is_empty(), "{report:?}");
 }

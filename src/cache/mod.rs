@@ -14,7 +14,7 @@
 //! With a fleet's `[redis]` ([`shared`]), a memory miss of an immutable or head-class call looks in
 //! Redis before it asks a node (inside the coalesced miss, so identical misses make one lookup),
 //! and what a node answers is also written there, in the background: under the pool's settled
-//! network ([`AnswerCache::share_network`]), and not at all before it is settled.
+//! network (`crate::shared::network`), and not at all before it is settled.
 //!
 //! What a node answers is kept only when the pool vouches for it (`[cache] verify`): the pool
 //! never returns an answer that contradicts its call, and marks one node's word the setting wants
@@ -463,14 +463,6 @@ impl AnswerCache {
             LOOKUP_RESULTS,
         );
         self.metrics.lookups.store(Arc::new(table));
-    }
-
-    /// The pool's network is settled on `id`: the fleet's Redis tier (if any) shares under it
-    /// from now on, and shared nothing before (see [`shared::NetworkScope`]).
-    pub fn share_network(&self, id: u32) {
-        if let Some(tier) = &self.shared {
-            tier.share_network(id);
-        }
     }
 }
 

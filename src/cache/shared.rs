@@ -41,28 +41,27 @@
 //! out of Redis, and a large transfer never holds up the quota scripts on the same connection for
 //! long.
 //!
-//! Keys carry the network ID ([`NetworkScope`]): the pool's *settled* network (`[network] id`, or
-//! the one more than half of the configured nodes report), never whichever node answered first.
-//! Until the pool's network is settled nothing is read from or written to Redis: a node of
-//! another network alone up at start would otherwise file its answers where that network's fleet
-//! reads them. Told two different networks (which the pool, settling once, never does), the tier
-//! stops sharing for good and says so: an error in the log, `snowgate_shared_cache_network_conflict`
-//! at 1.
+//! Keys carry the network ID ([`NetworkScope`], the shared tier's: `crate::shared::network`): the
+//! pool's *settled* network, never whichever node answered first. Until the pool's network is
+//! settled nothing is read from or written to Redis: a node of another network alone up at start
+//! would otherwise file its answers where that network's fleet reads them. Told two different
+//! networks (which the pool, settling once, never does), the tier stops sharing for good and says
+//! so: an error in the log, `snowgate_shared_cache_network_conflict` at 1.
 //!
 //! Format: `[VERSION][kind][level][full key length, u32 big-endian][full key][digest][answer]`
 //! (the level as [`Kept::byte`]); a value of the previous version is a miss. The Redis key is
 //! `{key_prefix}{network ID}:c:{first 32 hex digits of SHA-256 of the canonical key}`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus::{IntCounterVec, IntGauge};
+use prometheus::IntCounterVec;
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 
 use crate::call::{AnswerKind, Kept};
 use crate::metrics::Metrics;
+pub use crate::shared::network::{NetworkScope, Settled};
 use crate::shared::{Shared, SharedError};
 
 /// The format's version byte: bumped when the layout changes, so that old values are misses.
@@ -215,74 +214,6 @@ pub fn max_value(key_len: usize, max_answer: usize) -> usize {
     HEADER + key_len + DIGEST_LEN + max_answer
 }
 
-/// The network the shared tier's keys carry: none until the pool's network is settled, then that
-/// one for good; none again, for good, if it is ever told another.
-#[derive(Debug)]
-pub struct NetworkScope {
-    /// `[redis] key_prefix`.
-    key_prefix: Box<str>,
-    /// The network and `{key_prefix}{network ID}:`, once settled.
-    settled: OnceLock<(u32, Box<str>)>,
-    /// Told two networks: nothing is shared any more.
-    conflict: AtomicBool,
-}
-
-/// What [`NetworkScope::settle`] made of a network it was told.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Settled {
-    /// The first network: keys carry it from now on.
-    First,
-    /// The network already settled: nothing changes.
-    Same,
-    /// Another network than the one settled (`kept`): nothing is shared from now on.
-    Conflict { kept: u32, now: u32 },
-}
-
-impl NetworkScope {
-    /// Keys under `key_prefix` (`[redis] key_prefix`), for no network yet: nothing is shared.
-    pub fn new(key_prefix: &str) -> NetworkScope {
-        NetworkScope {
-            key_prefix: key_prefix.into(),
-            settled: OnceLock::new(),
-            conflict: AtomicBool::new(false),
-        }
-    }
-
-    /// Records the pool's settled network `id`.
-    pub fn settle(&self, id: u32) -> Settled {
-        let mut first = false;
-        let (kept, _) = self.settled.get_or_init(|| {
-            first = true;
-            (id, format!("{}{id}:", self.key_prefix).into_boxed_str())
-        });
-        match (first, *kept == id) {
-            (true, _) => Settled::First,
-            (false, true) => Settled::Same,
-            (false, false) => {
-                self.conflict.store(true, Ordering::Relaxed);
-                Settled::Conflict {
-                    kept: *kept,
-                    now: id,
-                }
-            }
-        }
-    }
-
-    /// `{key_prefix}{network ID}:`, or `None` while nothing may be shared (not settled yet, or
-    /// told two networks).
-    pub fn prefix(&self) -> Option<&str> {
-        if self.conflict.load(Ordering::Relaxed) {
-            return None;
-        }
-        self.settled.get().map(|(_, prefix)| &**prefix)
-    }
-
-    /// Told two networks.
-    pub fn conflicted(&self) -> bool {
-        self.conflict.load(Ordering::Relaxed)
-    }
-}
-
 /// Reads one value, unless it is larger than `ARGV[1]` bytes (answers -1) or not a string (-2):
 /// neither is copied out of Redis, so a huge or foreign value planted under a key costs nothing.
 /// One key: safe on a Redis Cluster.
@@ -304,12 +235,8 @@ pub struct SharedCache {
     max_answer: usize,
     read: redis::Script,
     writes: Arc<Semaphore>,
-    /// The network the keys carry (see the module doc).
-    network: NetworkScope,
     lookups: IntCounterVec,
     written: IntCounterVec,
-    /// `snowgate_shared_cache_network_conflict`.
-    conflict: IntGauge,
 }
 
 impl SharedCache {
@@ -321,7 +248,6 @@ impl SharedCache {
     ) -> SharedCache {
         metrics.show(crate::metrics::Part::SharedCache);
         SharedCache {
-            network: NetworkScope::new(shared.prefix()),
             shared,
             immutable_ttl,
             max_answer,
@@ -329,37 +255,15 @@ impl SharedCache {
             writes: Arc::new(Semaphore::new(WRITE_BUDGET)),
             lookups: metrics.shared_lookups.clone(),
             written: metrics.shared_writes.clone(),
-            conflict: metrics.shared_conflict.clone(),
-        }
-    }
-
-    /// The pool's network is settled on `id` (or was told again): keys carry it from now on. Told
-    /// another network than before, the tier stops sharing, with one error in the log.
-    pub fn share_network(&self, id: u32) {
-        match self.network.settle(id) {
-            Settled::First => {
-                tracing::info!(
-                    network_id = id,
-                    "shared tier: keys carry the pool's network"
-                );
-            }
-            Settled::Same => {}
-            Settled::Conflict { kept, now } => {
-                if self.conflict.get() == 0 {
-                    self.conflict.set(1);
-                    tracing::error!(
-                        network_id = kept,
-                        told = now,
-                        "shared tier: told another network than its keys carry; nothing is shared until restarted"
-                    );
-                }
-            }
         }
     }
 
     /// `{key_prefix}{network ID}:` while sharing, with Redis up.
     fn usable_prefix(&self) -> Option<&str> {
-        self.network.prefix().filter(|_| self.shared.available())
+        self.shared
+            .network()
+            .prefix()
+            .filter(|_| self.shared.available())
     }
 
     fn count(&self, result: &str) {
@@ -511,29 +415,6 @@ mod tests {
 
     const NET: &str = "snowgate:12345:";
     const KEY: &str = "platform.getTx\u{0}{\"txID\":\"abc\"}";
-
-    #[test]
-    fn nothing_is_shared_before_the_network_is_settled_nor_after_two() {
-        let scope = NetworkScope::new("snowgate:");
-        assert_eq!(scope.prefix(), None);
-        assert_eq!(scope.settle(12345), Settled::First);
-        assert_eq!(scope.prefix(), Some(NET));
-        assert_eq!(scope.settle(12345), Settled::Same);
-        assert_eq!(scope.prefix(), Some(NET));
-        assert!(!scope.conflicted());
-        assert_eq!(
-            scope.settle(5),
-            Settled::Conflict {
-                kept: 12345,
-                now: 5
-            }
-        );
-        assert_eq!(scope.prefix(), None);
-        // For good: the first network again does not resume sharing.
-        assert_eq!(scope.settle(12345), Settled::Same);
-        assert_eq!(scope.prefix(), None);
-        assert!(scope.conflicted());
-    }
 
     #[test]
     fn a_value_keeps_the_level_it_was_kept_at() {

@@ -343,6 +343,12 @@ impl Core {
         let shared = match &config.redis {
             Some(redis) => {
                 let shared = Shared::new(redis, &metrics)?;
+                // Every key carries the pool's network: settled now (`[network] id`, or the
+                // start's majority), or later, when more than half of the nodes report one (the
+                // follower below); until then nothing keyed by it is read or written.
+                if let Some(id) = pool.network() {
+                    shared.share_network(id);
+                }
                 shared.check().await;
                 // The fleet's cordons, read before the first request (they outlive restarts).
                 pool.share_cordons(shared.clone()).await;
@@ -365,14 +371,8 @@ impl Core {
             });
             AnswerCache::new(&config.cache, best, tier, &metrics, registry.len())
         });
-        // The shared cache's keys carry the pool's network: settled now (`[network] id`, or the
-        // start's majority), or later, when more than half of the nodes report one; nothing is
-        // shared until then.
-        if let (Some(cache), Some(id)) = (&cache, pool.network()) {
-            cache.share_network(id);
-        }
         let board = StatusBoard::new(metrics.clone());
-        let usage = Book::new(shared.clone());
+        let usage = Book::new(shared.clone(), &metrics);
         if let Some(stop) = background {
             board.spawn(stop.clone());
             usage.spawn_flusher(stop.clone());
@@ -380,9 +380,7 @@ impl Core {
             if let Some(shared) = &shared {
                 shared.spawn_watcher(stop.clone());
                 pool.spawn_fleet_cordons(stop.clone());
-            }
-            if let Some(cache) = cache.as_ref().filter(|_| config.shares_cache()) {
-                spawn_network_follower(&pool, cache.clone(), stop);
+                spawn_network_follower(&pool, shared.clone(), stop);
             }
         }
         metrics.config_loaded.set(unix_now());
@@ -591,15 +589,16 @@ fn unix_now() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
-/// Tells the cache's shared tier the pool's network whenever the pool settles (or, were it ever
-/// to, changes) it, until `stop` flips: the tier shares under it from then on, and stops sharing
-/// if told two (see `crate::cache::shared::NetworkScope`). No polling: it waits on the pool.
-fn spawn_network_follower(pool: &Pool, cache: Arc<AnswerCache>, mut stop: watch::Receiver<bool>) {
+/// Tells the shared tier the pool's network whenever the pool settles (or, were it ever to,
+/// changes) it, until `stop` flips: every Redis key carries it from then on (answers, cordons,
+/// usage), and nothing is shared if told two (see `crate::shared::network`). No polling: it waits
+/// on the pool.
+fn spawn_network_follower(pool: &Pool, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut network = pool.watch_network();
     tokio::spawn(async move {
         loop {
             if let Some(id) = *network.borrow_and_update() {
-                cache.share_network(id);
+                shared.share_network(id);
             }
             tokio::select! {
                 changed = network.changed() => if changed.is_err() { return },

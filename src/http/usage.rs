@@ -8,8 +8,16 @@
 //! (`hour,key,calls,units`) instead of JSON. A value it cannot read is a 400 saying which and
 //! what it expects; with `[redis]`, Redis not answering is a 503.
 //!
+//! What Redis holds under the usage keys that is not usage (a field that holds no count, an
+//! hour's key that holds no hash: someone else's writes) is left out of the figures and named in
+//! `skipped` (JSON: the first [`MAX_SKIPPED`], oldest hour first, `skippedMore` the rest; CSV: the
+//! count, in the `Snowgate-Usage-Skipped` header). The calls meant for such a field are held in
+//! the memory of the instance that served them (see `crate::ratelimit::usage`), so asked there,
+//! they are in the figures.
+//!
 //! The JSON: `{"scope": "fleet"|"instance", "from", "to", "keys": [{"key", "calls", "units"}],
-//! "hours": [{"hour", "key", "calls", "units"}]}`, `keys` the totals over the range by name,
+//! "hours": [{"hour", "key", "calls", "units"}], "skipped": [{"hour", "field"?, "why"}]}`, `keys`
+//! the totals over the range by name,
 //! `hours` the non-empty hours, oldest first. Units are cost units to a tenth (a cache hit at its
 //! cached price).
 
@@ -25,6 +33,9 @@ use crate::ratelimit::usage::{Book, Counts, Hour, Report, Scope, UsageError, RET
 
 /// Where the usage is read.
 pub const USAGE_PATH: &str = "/snowgate/usage";
+
+/// The most skipped fields an answer names (the rest are counted): a hash can hold any number.
+pub const MAX_SKIPPED: usize = 100;
 
 /// How the answer is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,6 +173,12 @@ pub async fn answer(book: &Book, query: Option<&str>) -> Result<HttpResponse, Pr
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("text/csv; charset=utf-8"),
             );
+            if !report.skipped.is_empty() {
+                r.headers_mut().insert(
+                    "snowgate-usage-skipped",
+                    HeaderValue::from(report.skipped.len()),
+                );
+            }
             r
         }
     };
@@ -181,6 +198,21 @@ struct Answer {
     to: String,
     keys: Vec<Row>,
     hours: Vec<Row>,
+    skipped: Vec<SkippedRow>,
+    #[serde(rename = "skippedMore", skip_serializing_if = "is_zero")]
+    skipped_more: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+#[derive(Serialize)]
+struct SkippedRow {
+    hour: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    field: Option<String>,
+    why: &'static str,
 }
 
 #[derive(Serialize)]
@@ -222,6 +254,20 @@ fn as_json(q: &Query, report: &Report) -> Answer {
                 units: c.units(),
             })
             .collect(),
+        skipped: report
+            .skipped
+            .iter()
+            .take(MAX_SKIPPED)
+            .map(|s| SkippedRow {
+                hour: s.hour.iso(),
+                field: s.field.clone(),
+                why: match s.field {
+                    Some(_) => "not a count",
+                    None => "the hour's key holds no hash",
+                },
+            })
+            .collect(),
+        skipped_more: report.skipped.len().saturating_sub(MAX_SKIPPED),
     }
 }
 
@@ -300,6 +346,7 @@ mod tests {
         let report = Report {
             scope: Scope::Instance,
             rows,
+            skipped: Vec::new(),
         };
         assert_eq!(
             as_csv(&report),

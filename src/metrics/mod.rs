@@ -106,8 +106,11 @@ pub struct Metrics {
     pub shared_lookups: IntCounterVec,
     /// Answers written to the shared cache tier, by result ([`Part::SharedCache`]).
     pub shared_writes: IntCounterVec,
-    /// 1 once the shared cache tier was told two networks ([`Part::SharedCache`]).
+    /// 1 once the shared tier was told two networks ([`Part::SharedCache`]: set by the tier
+    /// whether the cache shares or not, shown with the cache's tier, as it always was).
     pub shared_conflict: IntGauge,
+    /// Usage fields in Redis found holding no count, each once ([`Part::Redis`]).
+    pub usage_skipped: IntCounter,
     /// Which [`Part`]s are shown.
     shown: Arc<[AtomicBool; PARTS]>,
     /// The last events the status page lists (node state changes, reloads, Redis up and down).
@@ -461,8 +464,15 @@ impl Metrics {
         .expect("static metric definition is valid");
         let shared_conflict = IntGauge::new(
             "snowgate_shared_cache_network_conflict",
-            "1 once the shared cache tier was told two different networks (it then shares \
-             nothing until restarted), else 0",
+            "1 once the shared tier was told two different networks (it then shares \
+             nothing until restarted: answers, cordons, usage), else 0",
+        )
+        .expect("static metric definition is valid");
+        let usage_skipped = IntCounter::new(
+            "snowgate_usage_skipped_fields_total",
+            "Usage fields (or whole hours) in Redis found holding something else than a count, \
+             each counted once when found: not added to nor read; the counts meant for them \
+             stay in this instance's memory",
         )
         .expect("static metric definition is valid");
         build_info.with_label_values(&[VERSION, GIT_COMMIT]).set(1);
@@ -554,6 +564,7 @@ impl Metrics {
                     Box::new(redis_up.clone()),
                     Box::new(redis_breaker.clone()),
                     Box::new(redis_errors.clone()),
+                    Box::new(usage_skipped.clone()),
                 ],
             ),
             (
@@ -624,6 +635,7 @@ impl Metrics {
             shared_lookups,
             shared_writes,
             shared_conflict,
+            usage_skipped,
             shown,
             events: std::sync::Arc::new(EventLog::default()),
             started: std::time::Instant::now(),

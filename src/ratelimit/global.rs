@@ -21,12 +21,17 @@
 //! call. Calls that cannot wait (refused calls, a body's bytes as they arrive) are owed: charged
 //! to Redis at the lease's next script call whatever the room, so they are never free.
 //!
-//! **Keys**: `{key_prefix}q:ip:<address>` (an IPv6 client's /64), `{key_prefix}q:key:<the first
-//! 32 hex digits of the SHA-256 of a rate-limit key>` (never the key itself),
-//! `{key_prefix}q:net:<network>` (`198.51.100.0/24`, `2001:db8:1::/48`: the shared quota of a
-//! network's addresses that found the lease table full, past `max_clients`) and
-//! `{key_prefix}q:overflow` (the networks' beyond `max_clients` networks). Each expires when its
-//! client has been idle long enough to be the same as a new one.
+//! **Keys**: `{key_prefix}{network ID}:q:ip:<address>` (an IPv6 client's /64),
+//! `{key_prefix}{network ID}:q:key:<the first 32 hex digits of the SHA-256 of a rate-limit key>`
+//! (never the key itself), `{key_prefix}{network ID}:q:net:<network>` (`198.51.100.0/24`,
+//! `2001:db8:1::/48`: the shared quota of a network's addresses that found the lease table full,
+//! past `max_clients`) and `{key_prefix}{network ID}:q:overflow` (the networks' beyond
+//! `max_clients` networks). Each expires when its client has been idle long enough to be the same
+//! as a new one. The network is the pool's settled one (`crate::shared::network`): two fleets of
+//! different networks on one Redis and one prefix (a testnet's free tier, a mainnet's paid one)
+//! never spend each other's budgets. Until it is settled no key is known, and calls are decided as
+//! while Redis is down (`on_redis_down`; what `local` allows then is owed, and charged once the
+//! network is settled and Redis answers).
 //!
 //! When Redis cannot answer, this module says so ([`Verdict::Down`]) and the limiter
 //! (`super::Limiter`) decides by `[rate_limit] on_redis_down`.
@@ -126,7 +131,7 @@ struct LeaseMetrics {
 pub struct Global {
     shared: Arc<Shared>,
     script: Script,
-    /// `{key_prefix}q:`.
+    /// `q:`: each key is under `{key_prefix}{network ID}:` too, added when the script runs.
     prefix: String,
     ip_quota: GlobalQuota,
     ips: DashMap<IpAddr, Arc<Lease>>,
@@ -150,7 +155,7 @@ pub struct Global {
 impl Global {
     /// Global quotas for `config`'s clients, held in `shared`.
     pub fn new(config: &RateLimitConfig, shared: Arc<Shared>, metrics: &Metrics) -> Global {
-        let prefix = format!("{}q:", shared.prefix());
+        let prefix = String::from("q:");
         let keys = config
             .keys
             .iter()
@@ -186,6 +191,19 @@ impl Global {
             },
             prune_wanted: tokio::sync::Notify::new(),
         }
+    }
+
+    /// `lease`'s Redis key: `{key_prefix}{network ID}:` and its own; `None` before the pool's
+    /// network is settled.
+    fn redis_key(&self, lease: &Lease) -> Option<String> {
+        let network = self.shared.network().prefix()?;
+        Some(format!("{network}{}", lease.key()))
+    }
+
+    /// Runs the script for `lease` (`Unavailable` before the network is settled).
+    async fn run(&self, lease: &Lease, ask: Ask) -> Result<Answer, SharedError> {
+        let key = self.redis_key(lease).ok_or(SharedError::Unavailable)?;
+        run(&self.shared, &self.script, &key, lease.quota(), ask).await
     }
 
     fn now_ms(&self) -> u64 {
@@ -285,7 +303,8 @@ impl Global {
         // While Redis is down, `on_redis_down` decides every call, leases included: "deny" then
         // means every charged call, however much lease this instance holds (a slow client's lease
         // can last minutes). The lease is kept for when Redis is back.
-        if !self.shared.available() {
+        // Before the pool's network is settled the keys, which carry it, are not known: as down.
+        if !self.shared.available() || self.shared.network().prefix().is_none() {
             return Step::Now(Verdict::Down);
         }
         let now = self.now_ms();
@@ -345,7 +364,7 @@ impl Global {
         let mut ask = lease.report(true);
         ask.need = units;
         ask.lease = lease.quota().lease;
-        match run(&self.shared, &self.script, lease.key(), lease.quota(), ask).await {
+        match self.run(lease, ask).await {
             Ok(answer) => {
                 lease.answered(&ask, &answer, self.now_ms());
                 if answer.granted == units {
@@ -383,7 +402,7 @@ impl Global {
                     // a script call every half lease (1.5 times the calls at 10,000 clients).
                     ask.lease = lease.quota().lease;
                 }
-                match run(&this.shared, &this.script, lease.key(), lease.quota(), ask).await {
+                match this.run(&lease, ask).await {
                     Ok(answer) => {
                         if answer.leased > 0 {
                             this.metrics.leases.with_label_values(&["granted"]).inc();
@@ -412,7 +431,7 @@ impl Global {
     /// stops: `all`), at most [`RETURNS_PER_SWEEP`]. Forgetting empty entries is the limiter's
     /// pruning ([`Global::prune`], every few seconds).
     pub async fn sweep(&self, all: bool) {
-        if !self.shared.available() {
+        if !self.shared.available() || self.shared.network().prefix().is_none() {
             // Keep what is leased: it is spendable here while Redis is away.
             return;
         }
@@ -439,7 +458,7 @@ impl Global {
                 continue;
             };
             let ask = lease.report(true);
-            match run(&self.shared, &self.script, lease.key(), lease.quota(), ask).await {
+            match self.run(&lease, ask).await {
                 Ok(answer) => {
                     if ask.give > 0 {
                         self.metrics.leases.with_label_values(&["returned"]).inc();
@@ -502,10 +521,11 @@ mod tests {
         )
         .unwrap();
         let g = Global::new(&cfg, shared, &metrics);
+        // Under `{key_prefix}{network ID}:`, added when the script runs.
         let key = g.keys[0].key();
-        assert!(key.starts_with("snowgate:q:key:"), "{key}");
-        assert_eq!(key.len(), "snowgate:q:key:".len() + 32);
+        assert!(key.starts_with("q:key:"), "{key}");
+        assert_eq!(key.len(), "q:key:".len() + 32);
         assert!(!key.contains("secret"));
-        assert_eq!(g.overflow.key(), "snowgate:q:overflow");
+        assert_eq!(g.overflow.key(), "q:overflow");
     }
 }

@@ -3,8 +3,9 @@
 //! section; without one, nothing here runs and nothing needs Redis.
 //!
 //! This module is the connection and its discipline, not what is stored: the cache
-//! (`crate::cache::shared`) and the global quotas (`crate::ratelimit::global`) each own their
-//! keys and formats. What they get from here:
+//! (`crate::cache::shared`), the global quotas (`crate::ratelimit::global`), the fleet's cordons
+//! (`crate::upstream::cordons`) and usage (`crate::ratelimit::usage`) each own their keys and
+//! formats. What they get from here:
 //!
 //! * **A bound on waiting.** Every command a request waits for is cut at `[redis] timeout`
 //!   (default 25 ms): Redis slow or frozen costs a request at most that, once.
@@ -13,9 +14,11 @@
 //!   pings Redis every second while it is up, and while it is down probes it with a growing,
 //!   jittered backoff; the first answer closes the breaker and sharing resumes on its own. The
 //!   tier starts open: Redis is used once it has answered.
-//! * **Keys under `[redis] key_prefix`** ([`Shared::prefix`]), so that several fleets share one
-//!   Redis (the cache adds the pool's settled network ID to its keys, so that no instance ever
-//!   reads answers of another network: `crate::cache::shared::NetworkScope`).
+//! * **Keys under `[redis] key_prefix` and the network** ([`Shared::network`]): every key is
+//!   `{key_prefix}{network ID}:...`, the pool's settled network ([`network`]), so that several
+//!   fleets share one Redis and fleets of different networks never read each other's answers,
+//!   quotas, cordons or usage, even under one prefix. Before the network is settled nothing keyed
+//!   by it is read or written (each user says what it does meanwhile).
 //! * Reconnection is redis-rs's (`ConnectionManager`, the cluster connection's own slot map and
 //!   reconnects); the breaker only decides whether requests try.
 //!
@@ -23,11 +26,14 @@
 //! [`crate::config::redis::redact`]ed URLs are.
 
 pub mod breaker;
+pub mod network;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::{IntCounterVec, IntGauge};
+
+use network::{NetworkScope, Settled};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -162,6 +168,8 @@ struct SharedMetrics {
     up: IntGauge,
     breaker: IntGauge,
     errors: IntCounterVec,
+    /// `snowgate_shared_cache_network_conflict`.
+    conflict: IntGauge,
 }
 
 impl SharedMetrics {
@@ -172,6 +180,7 @@ impl SharedMetrics {
             up: metrics.redis_up.clone(),
             breaker: metrics.redis_breaker.clone(),
             errors: metrics.redis_errors.clone(),
+            conflict: metrics.shared_conflict.clone(),
         }
     }
 }
@@ -181,6 +190,8 @@ pub struct Shared {
     link: Link,
     timeout: Duration,
     prefix: Box<str>,
+    /// The network every key carries (see [`network`]).
+    network: NetworkScope,
     breaker: Breaker,
     /// What the logs call this Redis (the URLs without credentials).
     shown: String,
@@ -271,6 +282,7 @@ impl Shared {
             link,
             timeout,
             prefix: config.key_prefix.clone().into_boxed_str(),
+            network: NetworkScope::new(&config.key_prefix),
             breaker: Breaker::new(State::Open),
             shown,
             last_error: parking_lot::Mutex::new(None),
@@ -296,6 +308,37 @@ impl Shared {
     /// `[redis] key_prefix`.
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// The network the keys carry: [`NetworkScope::prefix`] is `{key_prefix}{network ID}:` once
+    /// the pool's network is settled.
+    pub fn network(&self) -> &NetworkScope {
+        &self.network
+    }
+
+    /// The pool's network is settled on `id` (or was told again): every key carries it from now
+    /// on. Told another network than before, nothing is shared any more, with one error in the
+    /// log and `snowgate_shared_cache_network_conflict` at 1.
+    pub fn share_network(&self, id: u32) {
+        match self.network.settle(id) {
+            Settled::First => {
+                tracing::info!(
+                    network_id = id,
+                    "shared tier: keys carry the pool's network"
+                );
+            }
+            Settled::Same => {}
+            Settled::Conflict { kept, now } => {
+                if self.metrics.conflict.get() == 0 {
+                    self.metrics.conflict.set(1);
+                    tracing::error!(
+                        network_id = kept,
+                        told = now,
+                        "shared tier: told another network than its keys carry; nothing is shared until restarted"
+                    );
+                }
+            }
+        }
     }
 
     /// A connection handle, if a request may use Redis now.

@@ -20,9 +20,13 @@
 //! and an admin's cordon or uncordon holds here until it can be written; the last write to reach
 //! Redis wins. No request ever waits for Redis over a cordon.
 //!
-//! The fleet's cordons are one Redis hash, [`fleet_key`] (`{key_prefix}cordons`), a field per
-//! cordoned upstream name (its value: when it was cordoned, unix milliseconds, for whoever reads
-//! Redis). One key, so a Redis Cluster is fine. Anyone who can write to the Redis can cordon a
+//! The fleet's cordons are one Redis hash, [`fleet_key`] (`{key_prefix}{network ID}:cordons`), a
+//! field per cordoned upstream name (its value: when it was cordoned, unix milliseconds, for
+//! whoever reads Redis). One key, so a Redis Cluster is fine. The key carries the pool's settled
+//! network (`crate::shared::network`): two fleets of different networks on one Redis and one
+//! prefix each have their own cordons, though their nodes share names. Until the pool's network
+//! is settled the fleet's cordons are neither read nor written: an admin's cordon holds on this
+//! instance meanwhile and is written once it is (as while Redis is down). Anyone who can write to the Redis can cordon a
 //! node (`HSET snowgate:cordons node-1 1`) or uncordon it. A value of another type under that key
 //! is neither read as cordons nor overwritten ([`READ`], [`WRITE`]): the instances keep the
 //! cordons they knew, and say so once, at warn. Only 0s and 1s are read out of Redis.
@@ -172,9 +176,9 @@ impl CordonedBy {
     }
 }
 
-/// The fleet's cordons under `[redis] key_prefix`: `{key_prefix}cordons`, one hash.
-pub(super) fn fleet_key(key_prefix: &str) -> String {
-    format!("{key_prefix}cordons")
+/// The fleet's cordons under `network_prefix` (`{key_prefix}{network ID}:`): one hash.
+pub(super) fn fleet_key(network_prefix: &str) -> String {
+    format!("{network_prefix}cordons")
 }
 
 /// Reads whether each name of `ARGV` is cordoned in the hash `KEYS[1]`: an array of 1 or 0, in
@@ -228,6 +232,8 @@ pub(super) enum FleetError {
     Redis(SharedError),
     /// The key holds something else than a hash of cordons.
     Foreign,
+    /// The pool's network is not settled yet: the key, which carries it, is not known.
+    Unsettled,
 }
 
 impl std::fmt::Display for FleetError {
@@ -237,6 +243,7 @@ impl std::fmt::Display for FleetError {
             FleetError::Redis(SharedError::Timeout) => f.write_str("Redis did not answer in time"),
             FleetError::Redis(SharedError::Failed) => f.write_str("Redis failed"),
             FleetError::Foreign => f.write_str("the cordons' key holds something else than a hash"),
+            FleetError::Unsettled => f.write_str("the pool's network is not settled yet"),
         }
     }
 }
@@ -244,8 +251,6 @@ impl std::fmt::Display for FleetError {
 /// The fleet's cordons in its Redis (with `[redis]`; one per gateway).
 pub(super) struct FleetCordons {
     shared: Arc<Shared>,
-    /// [`fleet_key`].
-    key: String,
     read: redis::Script,
     write: redis::Script,
     /// An admin's cordons (`true`) and uncordons that Redis has not taken yet, by name; written
@@ -257,10 +262,9 @@ pub(super) struct FleetCordons {
 }
 
 impl FleetCordons {
-    /// The cordons under `shared`'s `[redis] key_prefix`.
+    /// The cordons under `shared`'s `[redis] key_prefix` and network.
     pub(super) fn new(shared: Arc<Shared>) -> FleetCordons {
         FleetCordons {
-            key: fleet_key(shared.prefix()),
             shared,
             read: redis::Script::new(READ),
             write: redis::Script::new(WRITE),
@@ -269,11 +273,18 @@ impl FleetCordons {
         }
     }
 
+    /// [`fleet_key`] under the pool's network, once it is settled.
+    fn key(&self) -> Result<String, FleetError> {
+        let network = self.shared.network().prefix();
+        network.map(fleet_key).ok_or(FleetError::Unsettled)
+    }
+
     /// Cordons (`on`) or uncordons `name` for the fleet: one command, cut at `[redis] timeout`.
     pub(super) async fn write(&self, name: &str, on: bool) -> Result<(), FleetError> {
+        let key = self.key()?;
         let mut invocation = self.write.prepare_invoke();
         invocation
-            .key(&self.key)
+            .key(&key)
             .arg(name)
             .arg(if on { "1" } else { "0" })
             .arg(crate::metrics::unix_ms());
@@ -282,13 +293,14 @@ impl FleetCordons {
             .invoke(OP, &invocation)
             .await
             .map_err(FleetError::Redis)?;
-        self.judge((answer == 1).then_some(()))
+        self.judge(&key, (answer == 1).then_some(()))
     }
 
     /// Whether the fleet cordons each of `names`: one command, cut at `[redis] timeout`.
     pub(super) async fn read(&self, names: &[Arc<str>]) -> Result<Vec<bool>, FleetError> {
+        let key = self.key()?;
         let mut invocation = self.read.prepare_invoke();
-        invocation.key(&self.key);
+        invocation.key(&key);
         for name in names {
             invocation.arg(&**name);
         }
@@ -297,17 +309,17 @@ impl FleetCordons {
             .invoke(OP, &invocation)
             .await
             .map_err(FleetError::Redis)?;
-        self.judge(marks(&reply, names.len()))
+        self.judge(&key, marks(&reply, names.len()))
     }
 
     /// `Err(Foreign)` for `None`, said once at warn until the key holds cordons again.
-    fn judge<T>(&self, answer: Option<T>) -> Result<T, FleetError> {
+    fn judge<T>(&self, key: &str, answer: Option<T>) -> Result<T, FleetError> {
         let foreign = answer.is_none();
         if self.foreign.swap(foreign, Ordering::Relaxed) != foreign {
             if foreign {
-                tracing::warn!(key = %self.key, "fleet cordons: the key holds something else than a hash of cordons; the cordons known stay until it does");
+                tracing::warn!(key = %key, "fleet cordons: the key holds something else than a hash of cordons; the cordons known stay until it does");
             } else {
-                tracing::info!(key = %self.key, "fleet cordons: the key holds cordons again");
+                tracing::info!(key = %key, "fleet cordons: the key holds cordons again");
             }
         }
         answer.ok_or(FleetError::Foreign)
@@ -375,9 +387,9 @@ mod tests {
     }
 
     #[test]
-    fn the_key_is_under_the_fleets_prefix() {
-        assert_eq!(fleet_key("snowgate:"), "snowgate:cordons");
-        assert_eq!(fleet_key("eu-1:"), "eu-1:cordons");
+    fn the_key_is_under_the_fleets_prefix_and_network() {
+        assert_eq!(fleet_key("snowgate:1:"), "snowgate:1:cordons");
+        assert_eq!(fleet_key("eu-1:5:"), "eu-1:5:cordons");
     }
 
     #[test]

@@ -14,27 +14,41 @@
 //! started, kept for [`RETENTION`]. With `[redis]` they are deltas, flushed to Redis every
 //! [`FLUSH_EVERY`] and on a graceful stop (after the last request drained, see `Gateway::
 //! shutdown`), so that Redis holds the fleet's totals: a hash per hour,
-//! `{key_prefix}usage:{YYYYMMDDHH}`, fields `<name>:calls` and `<name>:tenths`, expiring
-//! [`RETENTION`] after the hour ends. The hour in braces is a Redis Cluster hash tag: an hour's
-//! totals and its ledger (below) share a slot.
+//! `{key_prefix}{network ID}:usage:{YYYYMMDDHH}`, fields `<name>:calls` and `<name>:tenths`,
+//! expiring [`RETENTION`] after the hour ends. The hour in braces is a Redis Cluster hash tag: an
+//! hour's totals and its ledger (below) share a slot. The network is the pool's settled one
+//! (`crate::shared::network`), so two fleets of different networks on one Redis and one prefix
+//! never add up their usage; until it is settled nothing is flushed (the counts wait in memory)
+//! and an answer is this instance's (scope `instance`).
 //!
 //! **Exactly once** (`fleet.rs`). A flush takes one hour's deltas out of the counters into a batch
 //! numbered by a per-instance sequence, and sends it, with the instance's random id, to a Lua
 //! script (`flush.lua`) that adds it only if the hour's ledger
-//! (`{key_prefix}usage:{YYYYMMDDHH}:applied`, a hash of instance id → last seq applied) shows a
-//! lower seq, then records the seq, atomically. A batch that fails or times out stays in flight
-//! and is sent again, unchanged, until Redis says applied (1) or already applied (0): a write
-//! Redis did apply but whose answer was lost is never added twice, and one Redis never saw is
-//! never lost. Batches go one at a time, so seqs reach each ledger in order. Meanwhile new calls
+//! (`{key_prefix}{network ID}:usage:{YYYYMMDDHH}:applied`, a hash of instance id → last seq
+//! applied) shows a lower seq, then records the seq, atomically. A batch that fails or times out
+//! stays in flight and is sent again, unchanged, until Redis says applied (1) or already applied
+//! (0): a write Redis did apply but whose answer was lost is never added twice, and one Redis
+//! never saw is never lost.
+//!
+//! **Never half.** Redis does not roll a script back when one of its commands fails, so the script
+//! checks every field it will add to before its first write: a field that holds something else
+//! than a count (someone wrote it with `redis-cli`, or another program shares the prefix) is
+//! skipped, never overwritten, and named in the answer, with the ledger's record of the batch
+//! (so a resend after a lost answer learns the same). Its deltas go back into this instance's
+//! counters, held until the field holds a count again (the next flushes try), so no call is lost
+//! and none added twice; the other fields, keys and hours are written as usual. An hour whose
+//! totals or ledger key holds no hash is held whole the same way. Each such field or hour is
+//! logged at warn once and counted once (`snowgate_usage_skipped_fields_total`). Batches go one at a time, so seqs reach each ledger in order. Meanwhile new calls
 //! count into fresh deltas: a Redis outage costs no count, only memory (at most keys × hours of
 //! outage, and nothing older than [`RETENTION`], which Redis would expire at once anyway). The
 //! counts survive a Redis restart as far as Redis's own persistence keeps its data (AOF): totals
 //! and ledgers are written by the same script, so they are lost or kept together.
 //!
 //! **Reading** with Redis: under the flush lock, flush (so this instance's deltas are in Redis),
-//! then read each hour's hash, then add what this instance counted since; other instances' last
-//! second is not in yet. If a batch is still in flight (Redis down), the answer is refused (503)
-//! rather than guessed.
+//! then read each hour's hash, then add what this instance counted since (and holds); other
+//! instances' last second is not in yet. A field that holds no count is left out of the sum and
+//! named in the answer ([`Report::skipped`]), as is an hour whose key holds no hash. If a batch is
+//! still in flight (Redis down), the answer is refused (503) rather than guessed.
 
 mod fleet;
 pub mod hours;
@@ -47,6 +61,7 @@ use dashmap::DashMap;
 use serde::Serialize;
 
 use super::Admission;
+use crate::metrics::Metrics;
 use crate::shared::Shared;
 use fleet::Fleet;
 pub use hours::Hour;
@@ -124,6 +139,16 @@ pub enum Scope {
 pub struct Report {
     pub scope: Scope,
     pub rows: BTreeMap<(Hour, String), Counts>,
+    /// What Redis holds that is not usage and was left out of `rows`, hours oldest first.
+    pub skipped: Vec<Skipped>,
+}
+
+/// A field (`<name>:calls`, `<name>:tenths`) of an hour's usage in Redis that holds something
+/// else than a count, or, `field` `None`, an hour whose key holds something else than a hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    pub hour: Hour,
+    pub field: Option<String>,
 }
 
 /// Why usage cannot be read now.
@@ -142,11 +167,12 @@ pub struct KeyTotal {
 }
 
 impl Book {
-    /// Usage kept in memory, or with `shared`, flushed to the fleet's Redis.
-    pub fn new(shared: Option<Arc<Shared>>) -> Arc<Book> {
+    /// Usage kept in memory, or with `shared`, flushed to the fleet's Redis (`metrics` counts
+    /// the fields found there holding no count).
+    pub fn new(shared: Option<Arc<Shared>>, metrics: &Metrics) -> Arc<Book> {
         Arc::new(Book {
             tallies: DashMap::new(),
-            fleet: shared.map(Fleet::new),
+            fleet: shared.map(|s| Fleet::new(s, metrics.usage_skipped.clone())),
         })
     }
 
@@ -161,6 +187,14 @@ impl Book {
     /// Counts one call served for key `name`, charged `units` (tenths).
     pub fn served(&self, name: &str, units: u32) {
         self.tally(name).add(units);
+    }
+
+    /// Puts back `counts` of key `name` in `hour` that Redis could not take: held with this
+    /// hour's deltas, sent again by the next flushes.
+    fn hold(&self, hour: Hour, name: &str, counts: Counts) {
+        let tally = self.tally(name);
+        let mut hours = tally.hours.lock();
+        hours.entry(hour).or_default().add(counts);
     }
 
     /// What this instance counted and has not flushed (all it counted, without Redis), in
@@ -186,10 +220,12 @@ impl Book {
         to: Hour,
         key: Option<&str>,
     ) -> Result<Report, UsageError> {
-        let Some(fleet) = &self.fleet else {
+        // Without Redis, or before the network its keys carry is settled, this instance's.
+        let Some(fleet) = self.fleet.as_ref().filter(|f| f.settled()) else {
             return Ok(Report {
                 scope: Scope::Instance,
                 rows: self.local(from, to, key),
+                skipped: Vec::new(),
             });
         };
         let mut state = fleet.lock().await;
@@ -198,7 +234,7 @@ impl Book {
         if state.in_flight() {
             return Err(UsageError::Unavailable);
         }
-        let mut rows = fleet.read(from, to, key).await?;
+        let (mut rows, skipped) = fleet.read(from, to, key).await?;
         for (at, counts) in self.local(from, to, key) {
             rows.entry(at).or_default().add(counts);
         }
@@ -206,6 +242,7 @@ impl Book {
         Ok(Report {
             scope: Scope::Fleet,
             rows,
+            skipped,
         })
     }
 
@@ -218,6 +255,7 @@ impl Book {
             Err(UsageError::Unavailable) => Report {
                 scope: Scope::Instance,
                 rows: self.local(now, now, None),
+                skipped: Vec::new(),
             },
         };
         let mut top: Vec<KeyTotal> = report
@@ -298,15 +336,19 @@ impl Book {
         let deadline = tokio::time::Instant::now() + CLOSE_WAIT;
         loop {
             let mut state = fleet.lock().await;
-            if fleet.flush(&mut state, self).await.is_ok() {
+            // Not settled: there is no key to flush to (the stop will not settle it).
+            if fleet.settled() && fleet.flush(&mut state, self).await.is_ok() {
                 return;
             }
-            if tokio::time::Instant::now() >= deadline {
+            if !fleet.settled() || tokio::time::Instant::now() >= deadline {
                 let lost = state.unsent(self);
+                if lost == Counts::default() {
+                    return;
+                }
                 tracing::warn!(
                     calls = lost.calls,
                     units = lost.units(),
-                    "usage: Redis did not answer before the stop; this instance's last counts are lost"
+                    "usage: Redis did not answer (or the network was never settled) before the stop; this instance's last counts are lost"
                 );
                 return;
             }
@@ -369,7 +411,7 @@ mod tests {
 
     #[tokio::test]
     async fn admitted_calls_of_keys_count_with_their_units_refused_ones_do_not() {
-        let book = Book::new(None);
+        let book = Book::new(None, &Metrics::new());
         let usage = Usage::new(book.clone());
         for _ in 0..3 {
             assert!(decided(usage.on_admit(Some("a"), 10, Admission::Decided(Ok(())))).is_ok());
@@ -422,7 +464,7 @@ mod tests {
 
     #[test]
     fn a_flush_takes_each_hour_of_every_key_and_old_hours_are_forgotten() {
-        let book = Book::new(None);
+        let book = Book::new(None, &Metrics::new());
         let now = Hour::now();
         let put = |key: &str, hour: Hour, calls: u64| {
             book.tally(key)
