@@ -19,7 +19,8 @@
 //!   trace), [`error`], [`call`], [`config`], [`metrics`]; [`logging`] (the log subscriber, its
 //!   filter from the config, and the trace exporter);
 //! * [`shared`]: the fleet's Redis (connection, timeout, circuit breaker), under the cache and the
-//!   rate limiter that keep their answers and quotas there;
+//!   rate limiter that keep their answers and quotas there; `verify` (holding an immutable answer
+//!   against its call: the pool checks a node's, the cache a value read back from Redis);
 //! * the per-call layers, independent of each other: `policy`, [`ratelimit`], [`cache`],
 //!   [`upstream`], and [`health`] over it;
 //! * [`http`], then [`stack`], then `server` and [`gateway`] (assembling a running gateway from
@@ -36,7 +37,7 @@
 //! [`devnode`], and the subcommands ([`cli`], [`demo`]). Most modules are `pub` because the
 //! integration tests and benchmarks reach into them (the quota script and the shared tier are
 //! tested against a real Redis through [`ratelimit`] and [`shared`], the status page's figures
-//! through [`metrics`]); only `keys`, `policy` and `server` are `pub(crate)`. Public here is not
+//! through [`metrics`]); only `keys`, `policy`, `server` and `verify` are `pub(crate)`. Public here is not
 //! a promise of stability: the product is the binary.
 
 pub mod body;
@@ -65,6 +66,7 @@ pub(crate) mod server;
 pub mod shared;
 pub mod stack;
 pub mod upstream;
+pub(crate) mod verify;
 
 pub use config::Config;
 pub use gateway::Gateway;

@@ -64,6 +64,17 @@ async fn fleet_with(
     for node in &fleet.nodes {
         node.control().reset_calls();
     }
+    // Quota keys carry the pool's network: until an instance has settled it, it decides as while
+    // Redis is down (each instance its own burst, owed later). The attacks measure the fleet's
+    // shared quota, so they start once every instance shares it.
+    for g in &fleet.gateways {
+        let shared = g.shared().expect("a fleet instance has [redis]").clone();
+        let settled = || shared.network().prefix().is_some();
+        assert!(
+            support::eventually(Duration::from_secs(60), settled).await,
+            "an instance never settled its network"
+        );
+    }
     fleet
 }
 

@@ -25,6 +25,8 @@ const RANKS: &[(&str, u32)] = &[
     ("logging", 3),
     // The fleet's Redis, under the layers that keep things in it.
     ("shared", 3),
+    // Holding an answer against its call: the pool checks a node's, the cache one read from Redis.
+    ("verify", 3),
     // The per-call layers, independent of each other.
     ("policy", 4),
     ("ratelimit", 4),

@@ -83,7 +83,7 @@ use crate::config::{CacheConfig, Verify};
 use crate::error::ProxyError;
 use crate::methods::CacheClass;
 use crate::metrics::Metrics;
-use crate::upstream::verify::{self, Verdict};
+use crate::verify::{self, Verdict};
 use rules::Ttls;
 
 /// What the weigher charges each entry on top of its key and answer (moka's node, the Arc'd

@@ -8,8 +8,8 @@
 
 use super::cordons::By;
 use super::health::Fault;
-use super::verify::Mismatch;
 use crate::metrics::{Event, Metrics};
+use crate::verify::Mismatch;
 
 /// How a node's state changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

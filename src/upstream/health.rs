@@ -161,7 +161,7 @@ pub(crate) struct HealthState {
     pub(crate) held_until: Option<std::time::Instant>,
     /// It answered a call with bytes that contradict the call (`[cache] verify`): out of the pool
     /// until its checks bring it back, as after any failure (`vouch.rs`).
-    pub(crate) lying: Option<super::verify::Mismatch>,
+    pub(crate) lying: Option<crate::verify::Mismatch>,
 }
 
 impl HealthState {

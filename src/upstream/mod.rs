@@ -22,9 +22,9 @@
 //! * `answer.rs`: what a node sends back is checked before a client sees it; `secrets.rs`: an
 //!   upstream's own secrets (header values, credentials, path keys) scrubbed from its error
 //!   answers, which a provider may fill with the request it refused.
-//! * `verify.rs`: an immutable answer held against its call (`[cache] verify`), pure: a block or
-//!   tx in hex must hash to the ID asked, a block carry the height asked, a json one name the ID or
-//!   height asked; `vouch.rs` acts on the verdict in the forward loop: a contradicting answer is
+//! * `vouch.rs`: an immutable answer held against its call (`[cache] verify`, the pure check is
+//!   `crate::verify`: a block or tx in hex must hash to the ID asked, a block carry the height
+//!   asked, a json one name the ID or height asked), acted on in the forward loop: a contradicting answer is
 //!   dropped and another node asked, its node taken out as `lying` until its checks bring it back,
 //!   and one node's word the setting wants seconded is marked so for the cache.
 //! * `health.rs`: the pure rules: active checks plus passive signals from real requests
@@ -68,7 +68,6 @@ mod probe;
 mod secrets;
 mod select;
 mod status;
-pub(crate) mod verify;
 mod vouch;
 
 pub use cordoning::Cordoned;

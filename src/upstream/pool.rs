@@ -66,7 +66,7 @@ pub struct Pool {
     /// own checker, which stops with it.
     pub(super) checks: Mutex<Option<watch::Receiver<bool>>>,
     /// `[cache] verify`: how the answers of immutable calls are checked (`vouch.rs`).
-    pub(super) verify: super::verify::Setting,
+    pub(super) verify: crate::verify::Setting,
 }
 
 /// The pool's nodes and the settings of this generation of the config.

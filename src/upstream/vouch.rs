@@ -22,11 +22,11 @@ use super::events::{self, NodeEvent};
 use super::health::HealthState;
 use super::node::Upstream;
 use super::pool::{Members, Pool};
-use super::verify::{self, Mismatch, Verdict};
 use crate::call::{Answer, AnswerKind, RpcCall, Trust};
 use crate::config::Verify;
 use crate::error::ProxyError;
 use crate::methods::CacheClass;
+use crate::verify::{self, Mismatch, Verdict};
 
 impl HealthState {
     /// It answered with bytes that contradict the call: out, its recovery started afresh.
