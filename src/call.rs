@@ -32,6 +32,32 @@ pub enum ClientId {
     Ip(IpAddr),
 }
 
+/// The prefix length of an IPv4 client's network: the unit many addresses of one owner share
+/// (the quota past `max_clients`, a share of the hedges and the secondings).
+pub const NETWORK_V4: u8 = 24;
+/// The same for IPv6: a site's usual allocation (each /64 in it is one client).
+pub const NETWORK_V6: u8 = 48;
+
+impl ClientId {
+    /// The client its network stands for: a key as it is, an address as its network's first
+    /// address (IPv4 /24, IPv6 /48). What a client makes the nodes do beyond its calls (hedges,
+    /// secondings) is bounded per network, so that addresses rotated within one network hold one
+    /// share, not one each.
+    pub fn network(&self) -> ClientId {
+        match self {
+            ClientId::Key(i) => ClientId::Key(*i),
+            ClientId::Ip(IpAddr::V4(v4)) => {
+                let bits = u32::from(*v4) & (u32::MAX << (32 - u32::from(NETWORK_V4)));
+                ClientId::Ip(IpAddr::V4(bits.into()))
+            }
+            ClientId::Ip(IpAddr::V6(v6)) => {
+                let bits = u128::from(*v6) & (u128::MAX << (128 - u32::from(NETWORK_V6)));
+                ClientId::Ip(IpAddr::V6(bits.into()))
+            }
+        }
+    }
+}
+
 /// Who is calling.
 #[derive(Debug, Clone)]
 pub struct Caller {
@@ -480,6 +506,17 @@ pub fn call_now<S: Service<R>, R>(mut service: S, request: R) -> Called<S, R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_clients_network_is_its_v4_slash_24_or_v6_slash_48_and_a_key_itself() {
+        let ip = |s: &str| ClientId::Ip(s.parse().expect("an address"));
+        assert_eq!(ip("198.51.100.77").network(), ip("198.51.100.0"));
+        assert_eq!(ip("198.51.100.0").network(), ip("198.51.100.0"));
+        assert_ne!(ip("198.51.101.1").network(), ip("198.51.100.0"));
+        assert_eq!(ip("2001:db8:1:2:3::9").network(), ip("2001:db8:1::"));
+        assert_ne!(ip("2001:db8:2::").network(), ip("2001:db8:1::"));
+        assert_eq!(ClientId::Key(3).network(), ClientId::Key(3));
+    }
 
     /// Says not ready `pending` times (waking its caller), then fails once if `fails`, then is
     /// ready; answers the request doubled. Counts its calls.

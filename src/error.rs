@@ -85,7 +85,7 @@ pub enum ProxyError {
     /// unread, or (`gateway`) more than its share once all clients have left half of
     /// `limits.total_answer_bytes` unread.
     #[error("{}", if *gateway {
-        "too many answers not read: this address holds more than its share of the gateway's, read them and retry"
+        "too many answers not read: this address holds more than its share of the gateway's (or the gateway all it may), read them and retry"
     } else {
         "too many answers not read from this address, read them and retry"
     })]

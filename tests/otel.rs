@@ -401,6 +401,7 @@ async fn a_request_refused_before_its_body_is_counted_never_traced() {
         "[health]\ninterval = \"500ms\"\ntimeout = \"500ms\"\n\
          [cache]\nhead_ttl = \"10m\"\n\
          [admin]\napi_keys = [\"{ADMIN_KEY}\"]\n\
+         [limits]\nbody_bytes = 4096\n\
          [rate_limit]\nrequests_per_second = 1\nburst = 10\n\
          [tracing]\notlp_endpoint = \"{}\"\nsample_ratio = 1.0\n\
          [[upstreams]]\nname = \"a\"\nurl = \"{}\"\n\
@@ -441,6 +442,15 @@ async fn a_request_refused_before_its_body_is_counted_never_traced() {
     let refused = statuses.iter().filter(|s| **s == 429).count();
     let served_ok = statuses.iter().filter(|s| **s == 200).count();
     assert!(refused >= 8 && served_ok >= 1, "{statuses:?}");
+    // Bodies over `body_bytes` are refused instead of read (413, the admin's: no quota): counted,
+    // never traced either.
+    let big = call(
+        "platform.getHeight",
+        &format!(r#"{{"pad":"{}"}}"#, "x".repeat(8192)),
+    );
+    for _ in 0..5 {
+        assert_eq!(post_with(&rpc, &big, &admin).await.status, 413);
+    }
     // The admin's last call, of a method of its own: once its span is exported, every span that
     // ended before it has been (the queue exports in order).
     let marker = call("platform.getTimestamp", "{}");
@@ -464,6 +474,12 @@ async fn a_request_refused_before_its_body_is_counted_never_traced() {
         traced_refusals * 2 <= refused,
         "{traced_refusals} of {refused} refusals traced"
     );
+    let too_large = receiver
+        .spans()
+        .into_iter()
+        .filter(|s| s.attr("http.response.status_code") == Some("413"))
+        .count();
+    assert_eq!(too_large, 0, "bodies refused as too large were traced");
     // The client's calls that were served are traced (and the admin's waiting calls).
     let client_roots = roots
         .iter()

@@ -612,9 +612,10 @@ async fn an_answer_that_depends_on_the_release_is_cached_per_release() {
 }
 
 /// Seconding (a second node asked in the background before an answer is kept) is bounded: a
-/// client sending many distinct misses holds at most its share (`cache::CLIENT_SECONDINGS`) of
-/// such calls, however slow the second node, so another client's answers are still seconded (and
-/// kept) beside its flood; and all clients together hold at most `cache::MAX_SECONDINGS`.
+/// client sending many distinct misses, from however many addresses of its network, holds at most
+/// its share (`cache::CLIENT_SECONDINGS`) of such calls, however slow the second node, so another
+/// client's answers are still seconded (and kept) beside its flood; and all clients together hold
+/// at most `cache::MAX_SECONDINGS`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn background_secondings_are_bounded_per_client_and_in_all() {
     let (share, limit) = (
@@ -640,10 +641,11 @@ async fn background_secondings_are_bounded_per_client_and_in_all() {
         .control()
         .update_faults(|f| f.hanging_methods = vec!["platform.getBlockByHeight".into()]);
     let url = format!("{}/ext/bc/P", cluster.url());
-    // Clients told apart by their addresses (127.0.0.0/8 is all this host's).
-    let from = |last: u8| {
+    // Clients told apart by their addresses (127.0.0.0/8 is all this host's); a client's share
+    // is its network's (a /24), so `from(n, host)` is host `host` of network 127.n.0.0/24.
+    let from = |net: u8, host: u8| {
         reqwest::Client::builder()
-            .local_address(Some(std::net::IpAddr::from([127, 0, 0, last])))
+            .local_address(Some(std::net::IpAddr::from([127, net, 0, host])))
             .build()
             .unwrap()
     };
@@ -668,23 +670,26 @@ async fn background_secondings_are_bounded_per_client_and_in_all() {
         }
     };
     let held = || upstream(&cluster, "node-1").in_flight;
-    // One client's flood: every miss answered at once, its secondings held at its share.
-    misses(from(2), limit + 36).await;
+    // One client's flood from a dozen addresses of its network: every miss answered at once, its
+    // secondings held at its network's share.
+    for host in 1..=12 {
+        misses(from(2, host), 10).await;
+    }
     assert!(
         eventually(Duration::from_secs(60), || held() == share).await,
         "{}",
         held()
     );
     // Another client's misses beside it are seconded all the same.
-    misses(from(3), share).await;
+    misses(from(3, 1), share).await;
     assert!(
         eventually(Duration::from_secs(60), || held() == 2 * share).await,
         "{}",
         held()
     );
     // Enough clients fill the whole bound, and no more.
-    for last in 4..(4 + (limit / share) as u8) {
-        misses(from(last), share + 2).await;
+    for net in 4..(4 + (limit / share) as u8) {
+        misses(from(net, 1), share + 2).await;
     }
     assert!(
         eventually(Duration::from_secs(60), || held() == limit).await,

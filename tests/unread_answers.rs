@@ -355,3 +355,63 @@ async fn a_trusted_proxy_has_no_address_bound_but_past_half_the_total_its_share(
     drop(given);
     proxy.conn.abort();
 }
+
+/// Many addresses each holding one answer of their own (an address holding nothing gets one of any
+/// size): past `total_answer_bytes` every further answer is refused, newcomers included, so what
+/// they make snowgate hold stays within the total (before, each address's first answer was free
+/// whatever the total: memory grew with the number of addresses).
+#[tokio::test]
+async fn many_addresses_holding_one_answer_each_never_pass_the_total() {
+    const PAYLOAD: usize = 256 * 1024;
+    // Twelve answers of their own fill the total of 2 MiB and one address's 1 MiB more.
+    let gw = big_answer_gateway(PAYLOAD, 1 << 20, 2 << 20).await;
+    let mut held = Vec::new();
+    let mut heads = Vec::new();
+    for i in 1..=20u8 {
+        // A txID of its own each: another cached answer, another buffer.
+        let get_tx = GET_TX.replace("2QouvFWU", &format!("{i:08}"));
+        let mut h2 = H2::connect_from(&format!("127.0.1.{i}"), gw.addr(), 1).await;
+        heads.push(h2.post("/ext/bc/P", &get_tx).await);
+        held.push(h2);
+    }
+    let (given, refused) = outcomes(heads).await;
+    eprintln!(
+        "20 addresses, one answer each: {} held, {} refused",
+        given.len(),
+        refused.len()
+    );
+    // The total is passed by the answers made at one moment at most (one per runtime worker).
+    let workers = 4;
+    assert!(
+        given.len() <= 12 + workers,
+        "{} answers of {PAYLOAD} bytes held past a total of 2 MiB and an address's 1 MiB",
+        given.len()
+    );
+    assert!(!refused.is_empty());
+    for message in &refused {
+        assert!(message.contains(GATEWAY_BOUND), "{message}");
+    }
+    // Once they are read, newcomers are served again.
+    drop(given);
+    for h2 in held {
+        h2.conn.abort();
+    }
+    let mut newcomer = H2::connect_from("127.0.2.1", gw.addr(), 65_535).await;
+    let r = newcomer.post("/ext/bc/P", CACHED).await;
+    let ok = |r: &Result<http::Response<h2::RecvStream>, h2::Error>| {
+        r.as_ref().is_ok_and(|r| r.status() == 200)
+    };
+    let r = tokio::time::timeout(Duration::from_secs(60), r)
+        .await
+        .unwrap();
+    let mut served = ok(&r);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !served && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let r = newcomer.post("/ext/bc/P", CACHED).await;
+        served = ok(&tokio::time::timeout(Duration::from_secs(60), r)
+            .await
+            .unwrap());
+    }
+    assert!(served, "a newcomer was never served after the holders left");
+}

@@ -24,7 +24,9 @@ use crate::error::ProxyError;
 /// The most secondings (a second node asked before an answer is kept) in flight at once.
 pub const MAX_SECONDINGS: usize = 64;
 
-/// The most secondings one client's misses may have in flight: an eighth of them.
+/// The most secondings one client's misses may have in flight: an eighth of them. A client is its
+/// key, or its address's network (IPv4 /24, IPv6 /48): addresses rotated within one network hold
+/// one share.
 pub const CLIENT_SECONDINGS: usize = if MAX_SECONDINGS / 8 > 1 {
     MAX_SECONDINGS / 8
 } else {
@@ -49,8 +51,10 @@ enum Refused {
 }
 
 impl Secondings {
-    /// Takes a seconding of `key` for `client`.
+    /// Takes a seconding of `key` for `client` (its share is its network's: see
+    /// [`ClientId::network`]).
     fn start(&mut self, key: Fingerprint, client: &ClientId) -> Result<(), Refused> {
+        let client = &client.network();
         if self.keys.contains(&key) {
             return Err(Refused::Underway);
         }
@@ -68,6 +72,7 @@ impl Secondings {
 
     /// Ends a seconding [`Secondings::start`] took.
     fn end(&mut self, key: Fingerprint, client: &ClientId) {
+        let client = &client.network();
         self.keys.remove(&key);
         if let Some(held) = self.per_client.get_mut(client) {
             *held = held.saturating_sub(1);

@@ -446,7 +446,8 @@ async fn read_rpc_body<B>(
 where
     B: http_body::Body<Data = Bytes>,
 {
-    // The trace starts once nothing refuses the request before its body (see `otel::Pending`).
+    // The trace starts once the body is read (see `otel::Pending`): a request refused before or
+    // instead of its body (over quota, too large, too slow, broken) is counted, never traced.
     let start = |trace: &mut crate::otel::Trace| {
         *trace = pending.start(path);
         if trace.is_on() {
@@ -455,9 +456,10 @@ where
         }
     };
     let Some(mut charge) = routes.quota.body(caller) else {
-        start(trace);
         let read = read_body(routes, body, room, &mut ()).await;
-        return read.map_err(|e| body_error(routes, conn, caller, e));
+        let body = read.map_err(|e| body_error(routes, conn, caller, e))?;
+        start(trace);
+        return Ok(body);
     };
     if let Err(over) = charge.before() {
         // Held for half the wait it was given (at most [`REFUSAL_HOLD`]): a client flooding past
@@ -470,17 +472,18 @@ where
         Box::pin(tokio::time::sleep((over.retry_after / 2).min(REFUSAL_HOLD))).await;
         return Err(over.error());
     }
-    start(trace);
     let declared = body.size_hint().lower();
     // A declared length over the limit is the read's 413, charged nothing.
     if declared <= u64::try_from(routes.limits.body_bytes).unwrap_or(u64::MAX) {
         charge.declared(declared).await?;
     }
     let read = read_body(routes, body, room, &mut charge).await;
-    read.map_err(|e| match (e, charge.refusal()) {
+    let body = read.map_err(|e| match (e, charge.refusal()) {
         (BodyError::Refused, Some(refusal)) => refusal,
         (e, _) => body_error(routes, conn, caller, e),
-    })
+    })?;
+    start(trace);
+    Ok(body)
 }
 
 /// A caller's quota paying for its body by size as the bytes arrive.

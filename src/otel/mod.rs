@@ -196,9 +196,10 @@ pub fn start(headers: &HeaderMap, path: &'static str) -> Trace {
 }
 
 /// A request's trace not decided yet: its client's context headers, kept (only when traces are
-/// installed) until the request has passed the checks made before its body is read. A request
-/// refused there (over its quota) is counted, never traced: a flood of refusals, which costs a
-/// client nothing to send, must not cost a span each or crowd the honest ones out of the queue.
+/// installed) until the request's body has been read. A request refused before or instead of its
+/// body (over its quota, a declared or actual length over `body_bytes`, a body too slow or
+/// broken) is counted, never traced: a flood of refusals, which costs a client little to send,
+/// must not cost a span each or crowd the honest ones out of the queue. Its span starts there.
 #[derive(Debug, Default)]
 pub struct Pending(Option<Box<HeaderMap>>);
 

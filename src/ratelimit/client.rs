@@ -92,10 +92,9 @@ pub(crate) fn group(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// The prefix length of the network an IPv4 client shares a quota with past `max_clients`.
-pub const NETWORK_V4: u8 = 24;
-/// The same for IPv6: a site's usual allocation (each /64 in it is one client).
-pub const NETWORK_V6: u8 = 48;
+/// The prefix lengths of a client's network (IPv4 /24, IPv6 /48): one notion of a network for
+/// the quota past `max_clients` and the shares of hedges and secondings.
+pub use crate::call::{NETWORK_V4, NETWORK_V6};
 
 /// The network `ip` (a client's address as [`client_ip`] gives it) belongs to: its IPv4 /24 or
 /// IPv6 /48. Past `max_clients` tracked addresses, a new address shares its network's quota, so

@@ -8,15 +8,18 @@
 //! * An address is charged every answer it leaves unread, in full (a payload it asked for twice,
 //!   twice: what it makes snowgate keep for it is its own business), on all its connections
 //!   together. Past `address_answer_bytes` it is refused further answers, on any connection; an
-//!   address holding nothing always gets its answer, whatever its size, so the bound is passed by
-//!   the one answer that crosses it, never by one answer per connection.
+//!   address holding nothing gets its answer, whatever its size (while the gateway holds less than
+//!   `total_answer_bytes` and one address's bound more), so the bound is passed by the one answer
+//!   that crosses it, never by one answer per connection.
 //! * The gateway counts what is really held: a large chunk several answers share (a cached or
 //!   coalesced payload, one buffer in memory) once, whichever and however many answers hold it.
 //! * Past half of `total_answer_bytes`, an address holding more than its share (the other half
 //!   over the addresses holding answers) is refused too: those holding the most are refused first,
 //!   and one under its share is never refused because others filled the total. The total so
-//!   stays within `total_answer_bytes` (but for the answers made at one moment, and the one answer
-//!   of each address that held nothing).
+//!   stays within `total_answer_bytes`, but for the answers made at one moment and the newcomers'
+//!   first answers, which stop at `total_answer_bytes + address_answer_bytes`: past that, even an
+//!   address holding nothing is refused (only many addresses, each holding its one answer, can
+//!   bring the total there; what they hold is memory).
 //! * A trusted proxy (reading for many clients) is one address for its share, with no bound of
 //!   its own: it is bounded by the gateway's total and, past half of it, by its share.
 //!
@@ -52,7 +55,11 @@ pub(super) fn refusal(
     holders: u64,
 ) -> Option<Bound> {
     if held == 0 {
-        return None;
+        // One answer of any size, while the gateway holds less than its bound and one address's
+        // more (the slack keeps a newcomer served while the shares hold the total near its
+        // bound): past it, only many addresses each holding their one answer can have brought it
+        // there, and what they hold is memory that must stay bounded.
+        return (total >= total_bound.saturating_add(address_bound)).then_some(Bound::Gateway);
     }
     if held >= address_bound {
         return Some(Bound::Address);
@@ -168,11 +175,12 @@ impl Unread {
     }
 
     /// Whether a further answer for this connection's address must be refused, and by which
-    /// bound (see [`refusal`]). One load for an address holding nothing (most).
+    /// bound (see [`refusal`]). Two loads for an address holding nothing (most).
     pub(super) fn refusal(&self) -> Option<Bound> {
         let held = self.address.bytes.load(Ordering::Relaxed);
         if held == 0 {
-            return None;
+            let full = self.total_bound.saturating_add(self.address_bound);
+            return (self.ledger.total() >= full).then_some(Bound::Gateway);
         }
         refusal(
             held,
@@ -191,8 +199,14 @@ mod tests {
     const MIB: u64 = 1 << 20;
 
     #[test]
-    fn an_address_holding_nothing_always_gets_its_answer() {
-        assert_eq!(refusal(0, 1, u64::MAX, 2, 1000), None);
+    fn an_address_holding_nothing_gets_its_answer_until_the_total_and_an_address_more() {
+        let (address, total) = (16 * MIB, 256 * MIB);
+        assert_eq!(refusal(0, address, 270 * MIB, total, 1000), None);
+        // Many addresses holding one answer each filled it: memory is the bound.
+        assert_eq!(
+            refusal(0, address, 272 * MIB, total, 1000),
+            Some(Bound::Gateway)
+        );
     }
 
     #[test]

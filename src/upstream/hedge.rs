@@ -4,8 +4,9 @@
 //! long quiet spell does not save up a burst: at most [`MAX_SAVED`] hedges at once. The race
 //! itself is the pool's (`Pool::hedged`).
 //!
-//! **Each client's share.** The budget is everyone's, so each client (the identity its quota is
-//! kept for: a key, or an address) also has an account of its own, fed by its own calls at the same
+//! **Each client's share.** The budget is everyone's, so each client (a key, or an address's
+//! network, IPv4 /24 or IPv6 /48: addresses rotated within one network share one account) also
+//! has an account of its own, fed by its own calls at the same
 //! ratio and capped at [`CLIENT_SAVED`]: a hedge takes one from both. A client whose calls are slow
 //! on every node thus hedges at most the ratio of its own calls (plus what it saved), and never
 //! spends what other clients' calls deposited; the hedge is also charged to its quota (the pool
@@ -57,6 +58,7 @@ impl HedgeBudget {
     /// A call of `client` was made: `ratio` of a hedge is deposited in the budget and in the
     /// client's account (each up to its cap).
     pub(crate) fn deposit(&self, ratio: f64, client: &ClientId) {
+        let client = &client.network();
         let add = (ratio * SCALE).round() as u64;
         if add == 0 {
             return;
@@ -83,6 +85,7 @@ impl HedgeBudget {
 
     /// Takes one hedge for `client` from its account and from the budget, or neither.
     pub(crate) fn withdraw(&self, client: &ClientId) -> Result<(), NoHedge> {
+        let client = &client.network();
         // The budget first: with it spent (or a ratio of 0), no share matters.
         if self.balance.load(Ordering::Relaxed) < ONE {
             return Err(NoHedge::Budget);
@@ -102,6 +105,7 @@ impl HedgeBudget {
     /// Gives back a hedge [`HedgeBudget::withdraw`] took and that was not sent (its client's quota
     /// refused it).
     pub(crate) fn refund(&self, client: &ClientId) {
+        let client = &client.network();
         let _ = self
             .balance
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
@@ -117,8 +121,34 @@ impl HedgeBudget {
 mod tests {
     use super::*;
 
+    /// Client `n`, in a network of its own.
     fn client(n: u32) -> ClientId {
-        ClientId::Ip(std::net::IpAddr::from(n.to_be_bytes()))
+        ClientId::Ip(std::net::IpAddr::from((n << 8).to_be_bytes()))
+    }
+
+    #[test]
+    fn addresses_of_one_network_share_one_account() {
+        let budget = HedgeBudget::default();
+        // 24 addresses of one /24, each making calls: one account, one share.
+        for n in 0..24u8 {
+            let address = ClientId::Ip(std::net::IpAddr::from([198, 51, 100, n]));
+            for _ in 0..100 {
+                budget.deposit(0.5, &address);
+            }
+        }
+        let mut spent = 0;
+        for n in 0..24u8 {
+            let address = ClientId::Ip(std::net::IpAddr::from([198, 51, 100, n]));
+            while budget.withdraw(&address).is_ok() {
+                spent += 1;
+            }
+        }
+        assert_eq!(spent, CLIENT_SAVED);
+        // Another network's client still has its own.
+        for _ in 0..10 {
+            budget.deposit(0.5, &client(7));
+        }
+        assert!(budget.withdraw(&client(7)).is_ok());
     }
 
     #[test]

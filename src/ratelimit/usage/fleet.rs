@@ -16,11 +16,28 @@ use crate::shared::Shared;
 const SCRIPT: &str = include_str!("flush.lua");
 
 /// Reads an hour's totals: `-1` when the key holds something else than a hash (nothing copied
-/// out), else its fields and values (none when there is no key).
+/// out), else its fields and values (none when there is no key). Nothing longer than a count or a
+/// name of snowgate's is copied out: a value over 20 bytes (no count is longer) comes back empty
+/// and a field name over 256 bytes cut, both then read as not a count, skipped and named, so that
+/// a foreign writer's 300 MB value costs the read nothing but its length (and never a timeout
+/// that would take Redis out for everyone).
 const READ: &str = r"
 local t = redis.call('TYPE', KEYS[1])['ok']
 if t ~= 'none' and t ~= 'hash' then return -1 end
-return redis.call('HGETALL', KEYS[1])
+local out = {}
+for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if #f > 256 then
+    out[#out + 1] = string.sub(f, 1, 256)
+    out[#out + 1] = ''
+  elseif redis.call('HSTRLEN', KEYS[1], f) > 20 then
+    out[#out + 1] = f
+    out[#out + 1] = ''
+  else
+    out[#out + 1] = f
+    out[#out + 1] = redis.call('HGET', KEYS[1], f)
+  end
+end
+return out
 ";
 
 /// The redis-errors metric's label for usage.
