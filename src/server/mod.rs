@@ -363,7 +363,7 @@ impl UnreadRefused {
             self.gateway.inc();
             tracing::debug!(
                 bound = "gateway",
-                "answer refused: its address holds more than its share of the answers left unread"
+                "answer refused: its address holds more than its share of the answers left unread, or the gateway all it may"
             );
         } else {
             self.address.inc();
